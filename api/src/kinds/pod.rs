@@ -1,0 +1,850 @@
+//! Pods: upstream's defaults (SetDefaults_Pod, _Container, probes, volumes), the registry
+//! strategy (status starts Pending with a QoS class) and the validation users hit most.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, Pod, PodSpec, PodStatus, PodTemplateSpec, Probe, Volume,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::strategy::Kind;
+use crate::validation::{
+    Errors, FieldError, Path, dns1123_label, dns1123_subdomain, validate_annotations,
+    validate_labels,
+};
+
+impl Kind for Pod {
+    const FIELDS: &'static [&'static str] = &[
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.podIPs",
+        "status.nominatedNodeName",
+    ];
+    const RETURN_DELETED: bool = true;
+
+    fn default_fields(&mut self) {
+        let Some(spec) = self.spec.as_mut() else {
+            return;
+        };
+        default_pod_spec(spec);
+        // SetDefaults_Pod: only for pods, not for templates.
+        spec.enable_service_links.get_or_insert(true);
+        let host_network = spec.host_network.unwrap_or(false);
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            if let Some(r) = c.resources.as_mut()
+                && let Some(limits) = r.limits.clone()
+            {
+                let requests = r.requests.get_or_insert_with(BTreeMap::new);
+                for (k, v) in limits {
+                    requests.entry(k).or_insert(v);
+                }
+            }
+            for p in c.ports.iter_mut().flatten() {
+                if host_network && p.host_port.unwrap_or(0) == 0 {
+                    p.host_port = Some(p.container_port);
+                }
+            }
+        }
+    }
+
+    fn prepare_create(&mut self) {
+        let qos = self.spec.as_ref().map(qos_class).unwrap_or("BestEffort");
+        self.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            qos_class: Some(qos.into()),
+            ..Default::default()
+        });
+    }
+
+    fn validate(&self, errs: &mut Errors) {
+        match &self.spec {
+            None => errs.push(FieldError::required(&Path::new("spec"), "")),
+            Some(spec) => validate_pod_spec(spec, &Path::new("spec"), errs),
+        }
+    }
+
+    fn validate_update(&self, old: &Self, errs: &mut Errors) {
+        self.validate(errs);
+        if let (Some(new), Some(old)) = (&self.spec, &old.spec) {
+            // Only images, activeDeadlineSeconds and added tolerations may change.
+            let mut comparable = new.clone();
+            for (c, o) in comparable.containers.iter_mut().zip(&old.containers) {
+                c.image = o.image.clone();
+            }
+            for (c, o) in comparable
+                .init_containers
+                .iter_mut()
+                .flatten()
+                .zip(old.init_containers.iter().flatten())
+            {
+                c.image = o.image.clone();
+            }
+            comparable.active_deadline_seconds = old.active_deadline_seconds;
+            comparable.tolerations = old.tolerations.clone();
+            comparable.scheduling_gates = old.scheduling_gates.clone();
+            if comparable != *old {
+                errs.push(FieldError::forbidden(
+                    &Path::new("spec"),
+                    "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+                ));
+            }
+        }
+    }
+
+    fn keep_status(&mut self, old: &Self) {
+        self.status = old.status.clone();
+    }
+
+    fn keep_spec(&mut self, old: &Self) {
+        self.spec = old.spec.clone();
+    }
+
+    fn field(&self, name: &str) -> Option<String> {
+        let spec = self.spec.as_ref();
+        let status = self.status.as_ref();
+        match name {
+            "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
+            "spec.restartPolicy" => spec.and_then(|s| s.restart_policy.clone()),
+            "spec.schedulerName" => spec.and_then(|s| s.scheduler_name.clone()),
+            "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()),
+            "spec.hostNetwork" => Some(
+                spec.and_then(|s| s.host_network)
+                    .unwrap_or(false)
+                    .to_string(),
+            ),
+            "status.phase" => status.and_then(|s| s.phase.clone()),
+            "status.podIP" => status.and_then(|s| s.pod_ip.clone()),
+            "status.podIPs" => status
+                .and_then(|s| s.pod_ips.as_ref())
+                .and_then(|ips| ips.first())
+                .map(|ip| ip.ip.clone()),
+            "status.nominatedNodeName" => status.and_then(|s| s.nominated_node_name.clone()),
+            _ => None,
+        }
+    }
+
+    fn default_grace_period(&self) -> Option<i64> {
+        // A pod that never reached a node has nothing to stop: it goes at once.
+        let spec = self.spec.as_ref()?;
+        spec.node_name.as_ref()?;
+        if self
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+        {
+            return None;
+        }
+        Some(spec.termination_grace_period_seconds.unwrap_or(30))
+    }
+}
+
+/// SetDefaults for a pod spec (also inside templates).
+pub fn default_pod_spec(spec: &mut PodSpec) {
+    spec.restart_policy.get_or_insert_with(|| "Always".into());
+    spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.security_context.get_or_insert_with(Default::default);
+    spec.scheduler_name
+        .get_or_insert_with(|| "default-scheduler".into());
+    if spec.service_account_name.is_none() && spec.service_account.is_some() {
+        spec.service_account_name = spec.service_account.clone();
+    }
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        default_container(c);
+    }
+    for v in spec.volumes.iter_mut().flatten() {
+        default_volume(v);
+    }
+}
+
+fn default_container(c: &mut Container) {
+    c.termination_message_path
+        .get_or_insert_with(|| "/dev/termination-log".into());
+    c.termination_message_policy
+        .get_or_insert_with(|| "File".into());
+    if c.image_pull_policy.is_none() {
+        c.image_pull_policy = Some(default_pull_policy(c.image.as_deref().unwrap_or("")).into());
+    }
+    for p in c.ports.iter_mut().flatten() {
+        p.protocol.get_or_insert_with(|| "TCP".into());
+    }
+    for probe in [
+        &mut c.liveness_probe,
+        &mut c.readiness_probe,
+        &mut c.startup_probe,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        default_probe(probe);
+    }
+    if let Some(lc) = c.lifecycle.as_mut() {
+        for handler in [&mut lc.post_start, &mut lc.pre_stop].into_iter().flatten() {
+            if let Some(get) = handler.http_get.as_mut() {
+                get.path.get_or_insert_with(|| "/".into());
+                get.scheme.get_or_insert_with(|| "HTTP".into());
+            }
+        }
+    }
+    for e in c.env.iter_mut().flatten() {
+        if let Some(f) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
+            f.api_version.get_or_insert_with(|| "v1".into());
+        }
+    }
+}
+
+fn default_probe(p: &mut Probe) {
+    p.timeout_seconds.get_or_insert(1);
+    p.period_seconds.get_or_insert(10);
+    p.success_threshold.get_or_insert(1);
+    p.failure_threshold.get_or_insert(3);
+    if let Some(get) = p.http_get.as_mut() {
+        get.path.get_or_insert_with(|| "/".into());
+        get.scheme.get_or_insert_with(|| "HTTP".into());
+    }
+}
+
+fn default_volume(v: &mut Volume) {
+    let has_source = v.empty_dir.is_some()
+        || v.host_path.is_some()
+        || v.config_map.is_some()
+        || v.secret.is_some()
+        || v.downward_api.is_some()
+        || v.projected.is_some()
+        || v.persistent_volume_claim.is_some()
+        || v.nfs.is_some()
+        || v.csi.is_some()
+        || v.ephemeral.is_some()
+        || v.image.is_some()
+        || v.iscsi.is_some()
+        || v.local_volume_source_present();
+    if !has_source {
+        v.empty_dir = Some(Default::default());
+    }
+    if let Some(s) = v.secret.as_mut() {
+        s.default_mode.get_or_insert(0o644);
+    }
+    if let Some(s) = v.config_map.as_mut() {
+        s.default_mode.get_or_insert(0o644);
+    }
+    if let Some(s) = v.downward_api.as_mut() {
+        s.default_mode.get_or_insert(0o644);
+        for item in s.items.iter_mut().flatten() {
+            if let Some(f) = item.field_ref.as_mut() {
+                f.api_version.get_or_insert_with(|| "v1".into());
+            }
+        }
+    }
+    if let Some(s) = v.projected.as_mut() {
+        s.default_mode.get_or_insert(0o644);
+        for src in s.sources.iter_mut().flatten() {
+            if let Some(t) = src.service_account_token.as_mut() {
+                t.expiration_seconds.get_or_insert(3600);
+            }
+        }
+    }
+    if let Some(h) = v.host_path.as_mut() {
+        h.type_.get_or_insert_with(String::new);
+    }
+}
+
+/// Volume sources the defaulting above does not list one by one.
+trait OtherSources {
+    fn local_volume_source_present(&self) -> bool;
+}
+
+impl OtherSources for Volume {
+    fn local_volume_source_present(&self) -> bool {
+        self.aws_elastic_block_store.is_some()
+            || self.azure_disk.is_some()
+            || self.azure_file.is_some()
+            || self.cephfs.is_some()
+            || self.cinder.is_some()
+            || self.fc.is_some()
+            || self.flex_volume.is_some()
+            || self.flocker.is_some()
+            || self.gce_persistent_disk.is_some()
+            || self.git_repo.is_some()
+            || self.glusterfs.is_some()
+            || self.photon_persistent_disk.is_some()
+            || self.portworx_volume.is_some()
+            || self.quobyte.is_some()
+            || self.rbd.is_some()
+            || self.scale_io.is_some()
+            || self.storageos.is_some()
+            || self.vsphere_volume.is_some()
+    }
+}
+
+/// `Always` for `:latest` or untagged images, else `IfNotPresent`.
+pub fn default_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+/// Upstream's QoS classes: Guaranteed when every container's requests equal its cpu and
+/// memory limits, BestEffort when nothing asks for anything, Burstable otherwise.
+pub fn qos_class(spec: &PodSpec) -> &'static str {
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        let r = c.resources.as_ref();
+        let requests = r.and_then(|r| r.requests.as_ref());
+        let limits = r.and_then(|r| r.limits.as_ref());
+        for res in ["cpu", "memory"] {
+            let req = requests.and_then(|m| m.get(res)).filter(|q| !is_zero(q));
+            let lim = limits.and_then(|m| m.get(res)).filter(|q| !is_zero(q));
+            if req.is_some() || lim.is_some() {
+                any = true;
+            }
+            match (req, lim) {
+                (Some(a), Some(b)) if a == b => {}
+                _ => guaranteed = false,
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+fn is_zero(q: &Quantity) -> bool {
+    q.0.trim_start_matches('0').is_empty() || q.0 == "0m"
+}
+
+const RESTART_POLICIES: &[&str] = &["Always", "OnFailure", "Never"];
+const DNS_POLICIES: &[&str] = &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
+const PULL_POLICIES: &[&str] = &["Always", "IfNotPresent", "Never"];
+const PROTOCOLS: &[&str] = &["SCTP", "TCP", "UDP"];
+
+/// ValidatePodSpec: the rules a user is most likely to break.
+pub fn validate_pod_spec(spec: &PodSpec, path: &Path, errs: &mut Errors) {
+    let mut volume_names = BTreeSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let p = path.child("volumes").index(i);
+        if v.name.is_empty() {
+            errs.push(FieldError::required(&p.child("name"), ""));
+        } else {
+            for e in dns1123_label(&v.name) {
+                errs.push(FieldError::invalid(&p.child("name"), &v.name, e));
+            }
+            if !volume_names.insert(v.name.clone()) {
+                errs.push(FieldError::duplicate(&p.child("name"), &v.name));
+            }
+        }
+        if let Some(h) = &v.host_path {
+            if h.path.is_empty() {
+                errs.push(FieldError::required(&p.child("hostPath").child("path"), ""));
+            }
+            let types = [
+                "",
+                "DirectoryOrCreate",
+                "Directory",
+                "FileOrCreate",
+                "File",
+                "Socket",
+                "CharDevice",
+                "BlockDevice",
+            ];
+            if let Some(t) = &h.type_
+                && !types.contains(&t.as_str())
+            {
+                errs.push(FieldError::not_supported(
+                    &p.child("hostPath").child("type"),
+                    t,
+                    &types,
+                ));
+            }
+        }
+        if let Some(s) = &v.secret
+            && s.secret_name.as_deref().unwrap_or("").is_empty()
+        {
+            errs.push(FieldError::required(
+                &p.child("secret").child("secretName"),
+                "",
+            ));
+        }
+        if let Some(c) = &v.config_map
+            && c.name.is_empty()
+        {
+            errs.push(FieldError::required(
+                &p.child("configMap").child("name"),
+                "",
+            ));
+        }
+    }
+    if spec.containers.is_empty() {
+        errs.push(FieldError::required(&path.child("containers"), ""));
+    }
+    let mut names = BTreeSet::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        validate_container(
+            c,
+            &path.child("initContainers").index(i),
+            &volume_names,
+            &mut names,
+            errs,
+        );
+    }
+    for (i, c) in spec.containers.iter().enumerate() {
+        validate_container(
+            c,
+            &path.child("containers").index(i),
+            &volume_names,
+            &mut names,
+            errs,
+        );
+    }
+    if let Some(rp) = &spec.restart_policy
+        && !RESTART_POLICIES.contains(&rp.as_str())
+    {
+        errs.push(FieldError::not_supported(
+            &path.child("restartPolicy"),
+            rp,
+            RESTART_POLICIES,
+        ));
+    }
+    if let Some(dp) = &spec.dns_policy
+        && !DNS_POLICIES.contains(&dp.as_str())
+    {
+        errs.push(FieldError::not_supported(
+            &path.child("dnsPolicy"),
+            dp,
+            DNS_POLICIES,
+        ));
+    }
+    if let Some(g) = spec.termination_grace_period_seconds
+        && g < 0
+    {
+        errs.push(FieldError::invalid(
+            &path.child("terminationGracePeriodSeconds"),
+            g,
+            "must be greater than or equal to 0",
+        ));
+    }
+    if let Some(a) = spec.active_deadline_seconds
+        && a <= 0
+    {
+        errs.push(FieldError::invalid(
+            &path.child("activeDeadlineSeconds"),
+            a,
+            "must be between 1 and 2147483647, inclusive",
+        ));
+    }
+    if let Some(n) = &spec.node_name {
+        for e in dns1123_subdomain(n) {
+            errs.push(FieldError::invalid(&path.child("nodeName"), n, e));
+        }
+    }
+    if let Some(sa) = &spec.service_account_name {
+        for e in dns1123_subdomain(sa) {
+            errs.push(FieldError::invalid(
+                &path.child("serviceAccountName"),
+                sa,
+                e,
+            ));
+        }
+    }
+    if let Some(sel) = &spec.node_selector {
+        validate_labels(sel, &path.child("nodeSelector"), errs);
+    }
+    if let Some(host) = &spec.hostname {
+        for e in dns1123_label(host) {
+            errs.push(FieldError::invalid(&path.child("hostname"), host, e));
+        }
+    }
+    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
+        let p = path.child("tolerations").index(i);
+        let op = t.operator.as_deref().unwrap_or("Equal");
+        if !matches!(op, "Equal" | "Exists") {
+            errs.push(FieldError::not_supported(
+                &p.child("operator"),
+                op,
+                &["Equal", "Exists"],
+            ));
+        }
+        if op == "Exists" && t.value.as_deref().is_some_and(|v| !v.is_empty()) {
+            errs.push(FieldError::invalid(
+                &p.child("operator"),
+                op,
+                "value must be empty when `operator` is 'Exists'",
+            ));
+        }
+        if let Some(effect) = &t.effect
+            && !matches!(
+                effect.as_str(),
+                "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+            )
+        {
+            errs.push(FieldError::not_supported(
+                &p.child("effect"),
+                effect,
+                &["NoSchedule", "PreferNoSchedule", "NoExecute"],
+            ));
+        }
+    }
+}
+
+fn validate_container(
+    c: &Container,
+    p: &Path,
+    volumes: &BTreeSet<String>,
+    names: &mut BTreeSet<String>,
+    errs: &mut Errors,
+) {
+    if c.name.is_empty() {
+        errs.push(FieldError::required(&p.child("name"), ""));
+    } else {
+        for e in dns1123_label(&c.name) {
+            errs.push(FieldError::invalid(&p.child("name"), &c.name, e));
+        }
+        if !names.insert(c.name.clone()) {
+            errs.push(FieldError::duplicate(&p.child("name"), &c.name));
+        }
+    }
+    match c.image.as_deref() {
+        None | Some("") => errs.push(FieldError::required(&p.child("image"), "")),
+        Some(img) if img.trim() != img => errs.push(FieldError::invalid(
+            &p.child("image"),
+            img,
+            "must not have leading or trailing whitespace",
+        )),
+        _ => {}
+    }
+    if let Some(pp) = &c.image_pull_policy
+        && !PULL_POLICIES.contains(&pp.as_str())
+    {
+        errs.push(FieldError::not_supported(
+            &p.child("imagePullPolicy"),
+            pp,
+            PULL_POLICIES,
+        ));
+    }
+    let mut port_names = BTreeSet::new();
+    for (i, port) in c.ports.iter().flatten().enumerate() {
+        validate_container_port(port, &p.child("ports").index(i), &mut port_names, errs);
+    }
+    for (i, e) in c.env.iter().flatten().enumerate() {
+        validate_env(e, &p.child("env").index(i), errs);
+    }
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let mp = p.child("volumeMounts").index(i);
+        if m.name.is_empty() {
+            errs.push(FieldError::required(&mp.child("name"), ""));
+        } else if !volumes.contains(&m.name) {
+            errs.push(FieldError::new(
+                crate::validation::ErrorKind::NotSupported,
+                &mp.child("name"),
+                Some(format!("{:?}", m.name)),
+                "",
+            ));
+        }
+        if m.mount_path.is_empty() {
+            errs.push(FieldError::required(&mp.child("mountPath"), ""));
+        }
+        if let Some(sub) = &m.sub_path
+            && (sub.starts_with('/') || sub.split('/').any(|s| s == ".."))
+        {
+            errs.push(FieldError::invalid(
+                &mp.child("subPath"),
+                sub,
+                "must be a relative path without '..'",
+            ));
+        }
+    }
+    for (name, probe) in [
+        ("livenessProbe", &c.liveness_probe),
+        ("readinessProbe", &c.readiness_probe),
+        ("startupProbe", &c.startup_probe),
+    ] {
+        if let Some(probe) = probe {
+            let pp = p.child(name);
+            let handlers = [
+                probe.exec.is_some(),
+                probe.http_get.is_some(),
+                probe.tcp_socket.is_some(),
+                probe.grpc.is_some(),
+            ]
+            .into_iter()
+            .filter(|b| *b)
+            .count();
+            if handlers == 0 {
+                errs.push(FieldError::required(&pp, "must specify a handler type"));
+            } else if handlers > 1 {
+                errs.push(FieldError::forbidden(
+                    &pp,
+                    "may not specify more than 1 handler type",
+                ));
+            }
+            if let Some(get) = &probe.http_get {
+                validate_port_ref(&get.port, &pp.child("httpGet").child("port"), errs);
+            }
+            if let Some(tcp) = &probe.tcp_socket {
+                validate_port_ref(&tcp.port, &pp.child("tcpSocket").child("port"), errs);
+            }
+            if name != "readinessProbe" && probe.success_threshold.is_some_and(|s| s != 1) {
+                errs.push(FieldError::invalid(
+                    &pp.child("successThreshold"),
+                    probe.success_threshold.unwrap_or(1),
+                    "must be 1",
+                ));
+            }
+        }
+    }
+}
+
+fn validate_port_ref(port: &IntOrString, p: &Path, errs: &mut Errors) {
+    match port {
+        IntOrString::Int(n) if !(1..=65535).contains(n) => errs.push(FieldError::invalid(
+            p,
+            n,
+            "must be between 1 and 65535, inclusive",
+        )),
+        IntOrString::String(s) if !is_port_name(s) => errs.push(FieldError::invalid(
+            p,
+            s,
+            "must contain at least one letter (a-z)",
+        )),
+        _ => {}
+    }
+}
+
+/// IANA_SVC_NAME: at most 15 lower-case alphanumerics or '-', with a letter, no '--', no edge '-'.
+pub fn is_port_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 15
+        && s.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && s.bytes().any(|c| c.is_ascii_lowercase())
+        && !s.contains("--")
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn validate_container_port(
+    port: &ContainerPort,
+    p: &Path,
+    names: &mut BTreeSet<String>,
+    errs: &mut Errors,
+) {
+    if let Some(name) = &port.name {
+        if !is_port_name(name) {
+            errs.push(FieldError::invalid(
+                &p.child("name"),
+                name,
+                "must be no more than 15 characters, contain only lowercase alphanumerics or '-', at least one letter, and not begin or end with '-' or contain '--'",
+            ));
+        } else if !names.insert(name.clone()) {
+            errs.push(FieldError::duplicate(&p.child("name"), name));
+        }
+    }
+    if port.container_port == 0 {
+        errs.push(FieldError::required(&p.child("containerPort"), ""));
+    } else if !(1..=65535).contains(&port.container_port) {
+        errs.push(FieldError::invalid(
+            &p.child("containerPort"),
+            port.container_port,
+            "must be between 1 and 65535, inclusive",
+        ));
+    }
+    if let Some(hp) = port.host_port
+        && hp != 0
+        && !(1..=65535).contains(&hp)
+    {
+        errs.push(FieldError::invalid(
+            &p.child("hostPort"),
+            hp,
+            "must be between 1 and 65535, inclusive",
+        ));
+    }
+    if let Some(proto) = &port.protocol
+        && !PROTOCOLS.contains(&proto.as_str())
+    {
+        errs.push(FieldError::not_supported(
+            &p.child("protocol"),
+            proto,
+            PROTOCOLS,
+        ));
+    }
+}
+
+fn validate_env(e: &EnvVar, p: &Path, errs: &mut Errors) {
+    if e.name.is_empty() {
+        errs.push(FieldError::required(&p.child("name"), ""));
+    }
+    if let Some(from) = &e.value_from {
+        let n = [
+            from.field_ref.is_some(),
+            from.resource_field_ref.is_some(),
+            from.config_map_key_ref.is_some(),
+            from.secret_key_ref.is_some(),
+        ]
+        .into_iter()
+        .filter(|b| *b)
+        .count();
+        let vp = p.child("valueFrom");
+        if n == 0 {
+            errs.push(FieldError::invalid(&vp, "", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`"));
+        } else if n > 1 {
+            errs.push(FieldError::invalid(
+                &vp,
+                "",
+                "may not have more than one field specified at a time",
+            ));
+        }
+        if e.value.as_deref().is_some_and(|v| !v.is_empty()) {
+            errs.push(FieldError::invalid(
+                &vp,
+                "",
+                "may not be specified when `value` is not empty",
+            ));
+        }
+    }
+}
+
+/// Validation of a pod template inside a workload.
+pub fn validate_template(t: &PodTemplateSpec, path: &Path, errs: &mut Errors) {
+    if let Some(meta) = &t.metadata {
+        if let Some(l) = &meta.labels {
+            validate_labels(l, &path.child("metadata").child("labels"), errs);
+        }
+        if let Some(a) = &meta.annotations {
+            validate_annotations(a, &path.child("metadata").child("annotations"), errs);
+        }
+    }
+    match &t.spec {
+        None => errs.push(FieldError::required(&path.child("spec"), "")),
+        Some(spec) => validate_pod_spec(spec, &path.child("spec"), errs),
+    }
+}
+
+pub fn default_template(t: &mut PodTemplateSpec) {
+    if let Some(spec) = t.spec.as_mut() {
+        default_pod_spec(spec);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn defaults_as_upstream() {
+        let mut p = pod(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [
+                {"name": "a", "image": "busybox", "ports": [{"containerPort": 80}],
+                 "readinessProbe": {"httpGet": {"port": 80}},
+                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+                {"name": "b", "image": "busybox:1.36"}
+            ], "volumes": [{"name": "v"}]}
+        }));
+        p.default_fields();
+        p.prepare_create();
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
+        assert_eq!(spec.scheduler_name.as_deref(), Some("default-scheduler"));
+        assert_eq!(
+            spec.containers[0].image_pull_policy.as_deref(),
+            Some("Always")
+        );
+        assert_eq!(
+            spec.containers[1].image_pull_policy.as_deref(),
+            Some("IfNotPresent")
+        );
+        assert_eq!(
+            spec.containers[0].ports.as_ref().unwrap()[0]
+                .protocol
+                .as_deref(),
+            Some("TCP")
+        );
+        let probe = spec.containers[0].readiness_probe.as_ref().unwrap();
+        assert_eq!(
+            (probe.period_seconds, probe.failure_threshold),
+            (Some(10), Some(3))
+        );
+        assert_eq!(probe.http_get.as_ref().unwrap().path.as_deref(), Some("/"));
+        assert_eq!(
+            spec.containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
+            "1"
+        );
+        assert!(spec.volumes.as_ref().unwrap()[0].empty_dir.is_some());
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        assert_eq!(status.qos_class.as_deref(), Some("Burstable"));
+    }
+
+    #[test]
+    fn validation_names_fields() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "A"}, {"name": "b", "image": "x", "ports": [{"containerPort": 70000}]}],
+                     "restartPolicy": "Sometimes"}
+        }));
+        let mut errs = Vec::new();
+        p.validate(&mut errs);
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert!(fields.contains(&"spec.containers[0].name"), "{fields:?}");
+        assert!(fields.contains(&"spec.containers[0].image"), "{fields:?}");
+        assert!(
+            fields.contains(&"spec.containers[1].ports[0].containerPort"),
+            "{fields:?}"
+        );
+        assert!(fields.contains(&"spec.restartPolicy"), "{fields:?}");
+    }
+
+    #[test]
+    fn pull_policy_rule() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
+        assert_eq!(
+            default_pull_policy("localhost:5000/busybox:1"),
+            "IfNotPresent"
+        );
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
+    }
+}

@@ -1,0 +1,227 @@
+//! Per-kind behaviour the generic REST machinery asks for, as upstream's registry strategies:
+//! defaulting, validation, what an update may change, which fields selectors can use.
+//!
+//! Built-in kinds implement [`Kind`] on their k8s-openapi type; [`BuiltIn`] turns that into a
+//! [`Strategy`]. Custom resources bring their own `Strategy` over `DynamicObject`.
+
+use std::marker::PhantomData;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::registry::ResourceInfo;
+use crate::validation::Errors;
+
+/// What the scale subresource reads from an object.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ScaleView {
+    pub spec_replicas: i32,
+    pub status_replicas: i32,
+    /// The label selector in query syntax, as `Scale.status.selector`.
+    pub selector: Option<String>,
+}
+
+/// A built-in kind's behaviour, implemented on its k8s-openapi type.
+pub trait Kind:
+    k8s_openapi::Resource
+    + k8s_openapi::Metadata<Ty = ObjectMeta>
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + PartialEq
+    + Send
+    + Sync
+    + 'static
+{
+    /// Fields this kind supports in field selectors besides `metadata.name`/`metadata.namespace`.
+    const FIELDS: &'static [&'static str] = &[];
+    /// Whether DELETE answers with the object (as pods do) rather than a Status.
+    const RETURN_DELETED: bool = false;
+    /// Whether PUT on a missing object creates it.
+    const CREATE_ON_UPDATE: bool = false;
+    /// Whether PUT without a resourceVersion overwrites (last write wins) instead of failing.
+    const UNCONDITIONAL_UPDATE: bool = true;
+    /// Whether a delete without a propagation policy orphans dependents (batch/v1 Jobs).
+    const ORPHAN_BY_DEFAULT: bool = false;
+
+    /// Upstream's defaulting functions; run on create and update.
+    fn default_fields(&mut self) {}
+    /// The strategy's PrepareForCreate: status reset and the like.
+    fn prepare_create(&mut self) {}
+    /// Kind-specific validation; object metadata is validated by the caller.
+    fn validate(&self, _errs: &mut Errors) {}
+    fn validate_update(&self, _old: &Self, errs: &mut Errors) {
+        self.validate(errs)
+    }
+    /// An update of the main resource keeps what only the status subresource may change.
+    fn keep_status(&mut self, _old: &Self) {}
+    /// A status update keeps everything but the status.
+    fn keep_spec(&mut self, _old: &Self) {}
+    /// `Some(changed)` for kinds whose `metadata.generation` follows spec changes.
+    fn spec_changed(&self, _old: &Self) -> Option<bool> {
+        None
+    }
+    /// The value of a field named in `FIELDS`.
+    fn field(&self, _name: &str) -> Option<String> {
+        None
+    }
+    fn scale(&self) -> Option<ScaleView> {
+        None
+    }
+    fn set_replicas(&mut self, _replicas: i32) {}
+    /// Grace period a delete uses when the client gives none; `None` deletes at once.
+    fn default_grace_period(&self) -> Option<i64> {
+        None
+    }
+    /// Marks the object as being deleted; `true` when it must stay until something finalizes
+    /// it (a namespace turns Terminating until its content is gone).
+    fn begin_delete(&mut self) -> bool {
+        false
+    }
+    /// Whether a deleted object may leave storage once its metadata finalizers are gone.
+    fn finalized(&self) -> bool {
+        true
+    }
+    /// Why this object may never be deleted, if so (the `default` namespace).
+    fn deletion_forbidden(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// The per-resource behaviour the generic registry needs.
+pub trait Strategy: Send + Sync + 'static {
+    type Object: Serialize + DeserializeOwned + Clone + PartialEq + Send + Sync + 'static;
+
+    fn info(&self) -> &ResourceInfo;
+    fn meta<'a>(&self, obj: &'a Self::Object) -> &'a ObjectMeta;
+    fn meta_mut<'a>(&self, obj: &'a mut Self::Object) -> &'a mut ObjectMeta;
+    fn default_fields(&self, obj: &mut Self::Object);
+    fn prepare_create(&self, obj: &mut Self::Object);
+    fn validate(&self, obj: &Self::Object) -> Errors;
+    fn validate_update(&self, obj: &Self::Object, old: &Self::Object) -> Errors;
+    fn keep_status(&self, obj: &mut Self::Object, old: &Self::Object);
+    fn keep_spec(&self, obj: &mut Self::Object, old: &Self::Object);
+    fn spec_changed(&self, obj: &Self::Object, old: &Self::Object) -> Option<bool>;
+    fn supports_field(&self, field: &str) -> bool;
+    fn field(&self, obj: &Self::Object, field: &str) -> Option<String>;
+    fn scale(&self, obj: &Self::Object) -> Option<ScaleView>;
+    fn set_replicas(&self, obj: &mut Self::Object, replicas: i32);
+    fn return_deleted_object(&self) -> bool;
+    fn allow_create_on_update(&self) -> bool;
+    fn default_grace_period(&self, obj: &Self::Object) -> Option<i64>;
+    fn allow_unconditional_update(&self) -> bool;
+    fn orphan_by_default(&self) -> bool;
+    fn begin_delete(&self, obj: &mut Self::Object) -> bool;
+    fn finalized(&self, obj: &Self::Object) -> bool;
+    fn deletion_forbidden(&self, obj: &Self::Object) -> Option<&'static str>;
+}
+
+/// The strategy of a built-in kind.
+pub struct BuiltIn<K> {
+    info: ResourceInfo,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> BuiltIn<K> {
+    pub fn new(info: ResourceInfo) -> Self {
+        BuiltIn {
+            info,
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K: Kind> Strategy for BuiltIn<K> {
+    type Object = K;
+
+    fn info(&self) -> &ResourceInfo {
+        &self.info
+    }
+    fn meta<'a>(&self, obj: &'a K) -> &'a ObjectMeta {
+        obj.metadata()
+    }
+    fn meta_mut<'a>(&self, obj: &'a mut K) -> &'a mut ObjectMeta {
+        obj.metadata_mut()
+    }
+    fn default_fields(&self, obj: &mut K) {
+        obj.default_fields()
+    }
+    fn prepare_create(&self, obj: &mut K) {
+        obj.prepare_create()
+    }
+    fn validate(&self, obj: &K) -> Errors {
+        let mut errs = Vec::new();
+        obj.validate(&mut errs);
+        errs
+    }
+    fn validate_update(&self, obj: &K, old: &K) -> Errors {
+        let mut errs = Vec::new();
+        obj.validate_update(old, &mut errs);
+        errs
+    }
+    fn keep_status(&self, obj: &mut K, old: &K) {
+        obj.keep_status(old)
+    }
+    fn keep_spec(&self, obj: &mut K, old: &K) {
+        obj.keep_spec(old)
+    }
+    fn spec_changed(&self, obj: &K, old: &K) -> Option<bool> {
+        obj.spec_changed(old)
+    }
+    fn supports_field(&self, field: &str) -> bool {
+        K::FIELDS.contains(&field)
+    }
+    fn field(&self, obj: &K, field: &str) -> Option<String> {
+        obj.field(field)
+    }
+    fn scale(&self, obj: &K) -> Option<ScaleView> {
+        obj.scale()
+    }
+    fn set_replicas(&self, obj: &mut K, replicas: i32) {
+        obj.set_replicas(replicas)
+    }
+    fn return_deleted_object(&self) -> bool {
+        K::RETURN_DELETED
+    }
+    fn allow_create_on_update(&self) -> bool {
+        K::CREATE_ON_UPDATE
+    }
+    fn default_grace_period(&self, obj: &K) -> Option<i64> {
+        obj.default_grace_period()
+    }
+    fn allow_unconditional_update(&self) -> bool {
+        K::UNCONDITIONAL_UPDATE
+    }
+    fn orphan_by_default(&self) -> bool {
+        K::ORPHAN_BY_DEFAULT
+    }
+    fn begin_delete(&self, obj: &mut K) -> bool {
+        obj.begin_delete()
+    }
+    fn finalized(&self, obj: &K) -> bool {
+        obj.finalized()
+    }
+    fn deletion_forbidden(&self, obj: &K) -> Option<&'static str> {
+        obj.deletion_forbidden()
+    }
+}
+
+/// Implements `keep_status`, `keep_spec` and generation tracking for a kind with `spec` and `status`.
+#[macro_export]
+macro_rules! spec_and_status {
+    (generation) => {
+        $crate::spec_and_status!();
+        fn spec_changed(&self, old: &Self) -> Option<bool> {
+            Some(self.spec != old.spec)
+        }
+    };
+    () => {
+        fn keep_status(&mut self, old: &Self) {
+            self.status = old.status.clone();
+        }
+        fn keep_spec(&mut self, old: &Self) {
+            self.spec = old.spec.clone();
+        }
+    };
+}

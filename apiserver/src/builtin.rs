@@ -1,0 +1,143 @@
+//! Which Rust type serves which built-in resource. The resource table in `minik8s_api`
+//! says what exists; this says how each is typed.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event as EventV1;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use minik8s_api::registry::built_in;
+use minik8s_api::strategy::{BuiltIn, Kind};
+
+use crate::handlers::namespaces::NamespaceExtension;
+use crate::handlers::pods::PodExtension;
+use crate::handlers::resource::{Endpoint, ResourceEndpoint};
+use crate::registry::generic::GenericRegistry;
+use crate::server::ApiServer;
+
+fn endpoint<K: Kind>(
+    server: &ApiServer,
+    group: &str,
+    plural: &str,
+) -> ResourceEndpoint<BuiltIn<K>> {
+    let info = built_in()
+        .into_iter()
+        .find(|r| r.group == group && r.plural == plural)
+        .unwrap_or_else(|| panic!("{plural}.{group} is missing from the resource table"));
+    let registry = Arc::new(GenericRegistry::new(
+        BuiltIn::<K>::new(info),
+        server.store.clone(),
+    ));
+    ResourceEndpoint::new(registry, server.options.clone())
+}
+
+pub fn register(server: &ApiServer) {
+    fn add(server: &ApiServer, e: impl Endpoint) {
+        server.register(Arc::new(e));
+    }
+    add(
+        server,
+        endpoint::<Namespace>(server, "", "namespaces")
+            .with_extension(Arc::new(NamespaceExtension)),
+    );
+    add(
+        server,
+        endpoint::<Pod>(server, "", "pods").with_extension(Arc::new(PodExtension)),
+    );
+    add(server, endpoint::<Service>(server, "", "services"));
+    add(server, endpoint::<Endpoints>(server, "", "endpoints"));
+    add(server, endpoint::<ConfigMap>(server, "", "configmaps"));
+    add(server, endpoint::<Secret>(server, "", "secrets"));
+    add(server, endpoint::<Node>(server, "", "nodes"));
+    add(server, endpoint::<Event>(server, "", "events"));
+    add(
+        server,
+        endpoint::<ServiceAccount>(server, "", "serviceaccounts"),
+    );
+    add(
+        server,
+        endpoint::<PersistentVolume>(server, "", "persistentvolumes"),
+    );
+    add(
+        server,
+        endpoint::<PersistentVolumeClaim>(server, "", "persistentvolumeclaims"),
+    );
+    add(
+        server,
+        endpoint::<Deployment>(server, "apps", "deployments"),
+    );
+    add(
+        server,
+        endpoint::<ReplicaSet>(server, "apps", "replicasets"),
+    );
+    add(
+        server,
+        endpoint::<StatefulSet>(server, "apps", "statefulsets"),
+    );
+    add(server, endpoint::<DaemonSet>(server, "apps", "daemonsets"));
+    add(server, endpoint::<Job>(server, "batch", "jobs"));
+    add(server, endpoint::<CronJob>(server, "batch", "cronjobs"));
+    add(
+        server,
+        endpoint::<HorizontalPodAutoscaler>(server, "autoscaling", "horizontalpodautoscalers"),
+    );
+    add(
+        server,
+        endpoint::<Ingress>(server, "networking.k8s.io", "ingresses"),
+    );
+    add(
+        server,
+        endpoint::<IngressClass>(server, "networking.k8s.io", "ingressclasses"),
+    );
+    add(
+        server,
+        endpoint::<EndpointSlice>(server, "discovery.k8s.io", "endpointslices"),
+    );
+    add(
+        server,
+        endpoint::<Lease>(server, "coordination.k8s.io", "leases"),
+    );
+    add(
+        server,
+        endpoint::<StorageClass>(server, "storage.k8s.io", "storageclasses"),
+    );
+    add(
+        server,
+        endpoint::<Role>(server, "rbac.authorization.k8s.io", "roles"),
+    );
+    add(
+        server,
+        endpoint::<RoleBinding>(server, "rbac.authorization.k8s.io", "rolebindings"),
+    );
+    add(
+        server,
+        endpoint::<ClusterRole>(server, "rbac.authorization.k8s.io", "clusterroles"),
+    );
+    add(
+        server,
+        endpoint::<ClusterRoleBinding>(server, "rbac.authorization.k8s.io", "clusterrolebindings"),
+    );
+    add(
+        server,
+        endpoint::<EventV1>(server, "events.k8s.io", "events"),
+    );
+    add(
+        server,
+        endpoint::<CustomResourceDefinition>(
+            server,
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+        ),
+    );
+}

@@ -1,0 +1,222 @@
+//! Request bodies in and responses out: media types, the Status body of every error, and the
+//! checks upstream's decoder makes (kind and apiVersion against the URL).
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode, header};
+use minik8s_api::ApiError;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Most bytes a request body may have.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+pub const JSON: &str = "application/json";
+
+/// Media types accepted for object bodies.
+const BODY_TYPES: &[&str] = &[
+    "application/json",
+    "application/yaml",
+    "application/vnd.kubernetes.protobuf",
+];
+
+/// An `ApiError` as an HTTP response with a Status body.
+pub struct Failure(pub ApiError);
+
+impl From<ApiError> for Failure {
+    fn from(e: ApiError) -> Self {
+        Failure(e)
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        status_response(&self.0)
+    }
+}
+
+pub fn status_response(e: &ApiError) -> Response {
+    let mut status = serde_json::to_value(e.to_status()).unwrap_or_default();
+    if let Some(map) = status.as_object_mut() {
+        map.insert("kind".into(), "Status".into());
+        map.insert("apiVersion".into(), "v1".into());
+        map.entry("metadata")
+            .or_insert_with(|| serde_json::json!({}));
+    }
+    let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_bytes(code, serde_json::to_vec(&status).unwrap_or_default())
+}
+
+pub fn json_bytes(code: StatusCode, body: Vec<u8>) -> Response {
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = code;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+    resp
+}
+
+pub fn json<T: Serialize>(code: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => json_bytes(code, body),
+        Err(e) => status_response(&ApiError::internal(format!("encoding response: {e}"))),
+    }
+}
+
+/// The media type of a request body, without parameters; JSON when absent.
+pub fn media_type(content_type: Option<&str>) -> String {
+    content_type
+        .and_then(|c| c.split(';').next())
+        .map(|c| c.trim().to_ascii_lowercase())
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| JSON.to_string())
+}
+
+fn summary(body: &[u8]) -> String {
+    if body.is_empty() {
+        return "<empty>".into();
+    }
+    let head = &body[..body.len().min(30)];
+    let more = if body.len() > 30 { " ..." } else { "" };
+    if body.first() == Some(&b'{') {
+        format!("{}{more}", String::from_utf8_lossy(head))
+    } else {
+        let hex: String = head.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{hex}{more}")
+    }
+}
+
+/// Parses a JSON or YAML body into a JSON value; `kind` names the expected type in errors.
+pub fn parse_body(
+    content_type: Option<&str>,
+    body: &Bytes,
+    kind: &str,
+) -> Result<serde_json::Value, ApiError> {
+    let media = media_type(content_type);
+    let value: serde_json::Value = match media.as_str() {
+        "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {e} ({})",
+                summary(body)
+            ))
+        })?,
+        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; yaml parse error: {e}"
+            ))
+        })?,
+        "application/vnd.kubernetes.protobuf" => {
+            return Err(ApiError::unsupported_media_type(&media, &BODY_TYPES[..2]));
+        }
+        _ => return Err(ApiError::unsupported_media_type(&media, BODY_TYPES)),
+    };
+    if !value.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: expected an object ({})",
+            summary(body)
+        )));
+    }
+    Ok(value)
+}
+
+/// Checks the body's kind and apiVersion against what the URL serves, filling them in when
+/// missing (as upstream does for built-in types), then decodes it.
+pub fn decode_object<T: DeserializeOwned>(
+    mut value: serde_json::Value,
+    kind: &str,
+    api_version: &str,
+    require_type: bool,
+) -> Result<T, ApiError> {
+    let map = value.as_object_mut().expect("checked to be an object");
+    let body_kind = map
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or("")
+        .to_string();
+    let body_version = map
+        .get("apiVersion")
+        .and_then(|k| k.as_str())
+        .unwrap_or("")
+        .to_string();
+    if require_type && body_kind.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): Object 'Kind' is missing in '{}'",
+            serde_json::to_string(&value).unwrap_or_default()
+        )));
+    }
+    if !body_kind.is_empty() && body_kind != kind {
+        let v = if body_version.is_empty() {
+            api_version
+        } else {
+            &body_version
+        };
+        return Err(ApiError::bad_request(format!(
+            "{body_kind} in version \"{v}\" cannot be handled as a {kind}: converting ({v}.{body_kind}) to ({kind}): unknown conversion"
+        )));
+    }
+    if !body_version.is_empty() && body_version != api_version {
+        let same_group = body_version.split_once('/').map(|(g, _)| g)
+            == api_version.split_once('/').map(|(g, _)| g);
+        return Err(ApiError::bad_request(if same_group {
+            format!(
+                "the API version in the data ({body_version}) does not match the expected API version ({api_version})"
+            )
+        } else {
+            format!(
+                "{kind} in version \"{body_version}\" cannot be handled as a {kind}: no kind \"{kind}\" is registered for version \"{body_version}\""
+            )
+        }));
+    }
+    map.insert("kind".into(), kind.into());
+    map.insert("apiVersion".into(), api_version.into());
+    serde_json::from_value(value).map_err(|e| {
+        ApiError::bad_request(format!(
+            "{kind} in version \"{api_version}\" cannot be handled as a {kind}: {e}"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[test]
+    fn kind_and_version_checks() {
+        let v =
+            serde_json::json!({"kind": "Secret", "apiVersion": "v1", "metadata": {"name": "a"}});
+        let e = decode_object::<ConfigMap>(v, "ConfigMap", "v1", false).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert!(
+            e.message
+                .starts_with("Secret in version \"v1\" cannot be handled as a ConfigMap"),
+            "{}",
+            e.message
+        );
+        let v = serde_json::json!({"metadata": {"name": "a"}, "data": {"k": "v"}});
+        let cm = decode_object::<ConfigMap>(v, "ConfigMap", "v1", false).unwrap();
+        assert_eq!(cm.data.unwrap()["k"], "v");
+        let v = serde_json::json!({"metadata": {"name": "a"}, "data": 5});
+        assert_eq!(
+            decode_object::<ConfigMap>(v, "ConfigMap", "v1", false)
+                .unwrap_err()
+                .code,
+            400
+        );
+    }
+
+    #[test]
+    fn malformed_bodies() {
+        let e = parse_body(None, &Bytes::from_static(b"{nope"), "Pod").unwrap_err();
+        assert!(e.message.contains("json parse error"), "{}", e.message);
+        let e = parse_body(Some("text/plain"), &Bytes::from_static(b"x"), "Pod").unwrap_err();
+        assert_eq!(e.code, 415);
+        let v = parse_body(
+            Some("application/yaml"),
+            &Bytes::from_static(b"kind: Pod\nmetadata:\n  name: a\n"),
+            "Pod",
+        )
+        .unwrap();
+        assert_eq!(v["metadata"]["name"], "a");
+    }
+}

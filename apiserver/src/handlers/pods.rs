@@ -1,0 +1,94 @@
+//! Pod subresources beyond the generic ones: `binding`, which the scheduler uses to place a pod.
+
+use async_trait::async_trait;
+use axum::response::Response;
+use http::StatusCode;
+use k8s_openapi::api::core::v1::{Binding, Pod, PodCondition};
+use minik8s_api::strategy::BuiltIn;
+use minik8s_api::{ApiError, Target, meta};
+
+use super::codec::{self, json};
+use super::request::Verb;
+use super::resource::{ApiRequest, Extension};
+use crate::registry::generic::GenericRegistry;
+
+pub struct PodExtension;
+
+#[async_trait]
+impl Extension<BuiltIn<Pod>> for PodExtension {
+    async fn handle(
+        &self,
+        reg: &GenericRegistry<BuiltIn<Pod>>,
+        req: &ApiRequest,
+    ) -> Option<Result<Response, ApiError>> {
+        match (&req.target.verb, req.target.subresource.as_deref()) {
+            (Verb::Create, Some("binding")) => Some(bind(reg, req).await),
+            _ => None,
+        }
+    }
+}
+
+/// Assigns a pod to a node once, and marks it scheduled.
+async fn bind(reg: &GenericRegistry<BuiltIn<Pod>>, req: &ApiRequest) -> Result<Response, ApiError> {
+    let value = codec::parse_body(req.content_type(), &req.body, "Binding")?;
+    let binding: Binding = codec::decode_object(value, "Binding", "v1", false)?;
+    let name = req.name();
+    let binding_target = Target {
+        group: "",
+        resource: "pods/binding",
+        name,
+    };
+    if binding.metadata.name.as_deref().is_some_and(|n| n != name) {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            binding.metadata.name.clone().unwrap_or_default()
+        )));
+    }
+    let node = binding.target.name.clone().unwrap_or_default();
+    if node.is_empty() {
+        let err = minik8s_api::validation::FieldError::required(
+            &minik8s_api::validation::Path::new("target").child("name"),
+            "",
+        );
+        return Err(ApiError::invalid("Binding", "", name, &[err]));
+    }
+    reg.guaranteed_update(req.namespace(), name, None, req.dry_run()?, |mut pod| {
+        if let Some(uid) = binding.metadata.uid.as_deref()
+            && pod.metadata.uid.as_deref() != Some(uid)
+        {
+            return Err(ApiError::conflict(
+                binding_target,
+                "the UID in the binding does not match the pod",
+            ));
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Err(ApiError::conflict(
+                binding_target,
+                &format!("pod {name} is being deleted, cannot be assigned to a host"),
+            ));
+        }
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        if let Some(existing) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+            return Err(ApiError::conflict(
+                binding_target,
+                &format!("pod {name} is already assigned to node \"{existing}\""),
+            ));
+        }
+        spec.node_name = Some(node.clone());
+        let status = pod.status.get_or_insert_with(Default::default);
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        conditions.retain(|c| c.type_ != "PodScheduled");
+        conditions.push(PodCondition {
+            type_: "PodScheduled".into(),
+            status: "True".into(),
+            last_transition_time: Some(meta::now()),
+            ..Default::default()
+        });
+        Ok(pod)
+    })
+    .await?;
+    Ok(json(
+        StatusCode::CREATED,
+        &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}

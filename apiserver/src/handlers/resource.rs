@@ -1,0 +1,741 @@
+//! The REST verbs of one resource over HTTP: query parameters and bodies in, objects, lists,
+//! watch streams and Status bodies out. The semantics live in the generic registry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderMap, StatusCode, header};
+use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, ObjectMeta};
+use minik8s_api::selector::{FieldSelector, Selector};
+use minik8s_api::strategy::Strategy;
+use minik8s_api::validation::{FieldError, Path};
+use minik8s_api::{ApiError, ResourceInfo, status};
+use rand::Rng;
+use serde::Serialize;
+
+use super::codec::{self, json, status_response};
+use super::request::{ResourceRequest, Verb};
+use crate::auth::UserInfo;
+use crate::registry::generic::{
+    DeleteOpts, Deleted, GenericRegistry, ListOutput, ListQuery, Part, WatchEvent, WatchQuery,
+};
+
+/// Everything a resource handler needs from one HTTP request.
+pub struct ApiRequest {
+    pub target: ResourceRequest,
+    pub query: Vec<(String, String)>,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub user: UserInfo,
+}
+
+impl ApiRequest {
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        matches!(self.param(key), Some("true" | "1" | "True"))
+    }
+
+    pub fn content_type(&self) -> Option<&str> {
+        self.headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+    }
+
+    pub fn namespace(&self) -> Option<&str> {
+        self.target.namespace.as_deref()
+    }
+
+    pub fn name(&self) -> &str {
+        self.target.name.as_deref().unwrap_or_default()
+    }
+
+    /// `dryRun=All` or nothing; anything else is refused as upstream does.
+    pub fn dry_run(&self) -> Result<bool, ApiError> {
+        let values: Vec<&str> = self
+            .query
+            .iter()
+            .filter(|(k, _)| k == "dryRun")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        match values.as_slice() {
+            [] => Ok(false),
+            ["All"] => Ok(true),
+            other => Err(ApiError::bad_request(format!(
+                "dryRun: Unsupported value: {:?}: supported values: \"All\"",
+                other.join(",")
+            ))),
+        }
+    }
+}
+
+/// A served resource, as the router sees it.
+#[async_trait]
+pub trait Endpoint: Send + Sync + 'static {
+    fn info(&self) -> &ResourceInfo;
+    async fn serve(&self, req: ApiRequest) -> Response;
+}
+
+/// Kind-specific subresources (pods/binding, namespaces/finalize) beside the generic verbs.
+#[async_trait]
+pub trait Extension<S: Strategy>: Send + Sync + 'static {
+    /// `None` when the request is not one this extension serves.
+    async fn handle(
+        &self,
+        registry: &GenericRegistry<S>,
+        req: &ApiRequest,
+    ) -> Option<Result<Response, ApiError>>;
+}
+
+/// Server-wide settings handlers need.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub bookmark_interval: Duration,
+    /// Watches without timeoutSeconds end after a random time in [min, 2*min).
+    pub min_request_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            bookmark_interval: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
+        }
+    }
+}
+
+pub struct ResourceEndpoint<S: Strategy> {
+    pub registry: Arc<GenericRegistry<S>>,
+    extension: Option<Arc<dyn Extension<S>>>,
+    options: ServeOptions,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct List<'a, T> {
+    kind: &'a str,
+    api_version: String,
+    metadata: ListMeta,
+    items: &'a [T],
+}
+
+impl<S: Strategy> ResourceEndpoint<S> {
+    pub fn new(registry: Arc<GenericRegistry<S>>, options: ServeOptions) -> Self {
+        ResourceEndpoint {
+            registry,
+            extension: None,
+            options,
+        }
+    }
+
+    pub fn with_extension(mut self, ext: Arc<dyn Extension<S>>) -> Self {
+        self.extension = Some(ext);
+        self
+    }
+
+    fn info(&self) -> &ResourceInfo {
+        self.registry.strategy.info()
+    }
+
+    fn decode(&self, req: &ApiRequest) -> Result<S::Object, ApiError> {
+        let info = self.info();
+        if req.body.len() > codec::MAX_BODY_BYTES {
+            return Err(ApiError::request_entity_too_large(format!(
+                "limit is {}",
+                codec::MAX_BODY_BYTES
+            )));
+        }
+        let value = codec::parse_body(req.content_type(), &req.body, &info.kind)?;
+        codec::decode_object(value, &info.kind, &info.api_version(), false)
+    }
+
+    fn list_response(&self, out: ListOutput<S::Object>) -> Response {
+        let info = self.info();
+        let list = List {
+            kind: &info.list_kind,
+            api_version: info.api_version(),
+            metadata: ListMeta {
+                resource_version: Some(out.resource_version.to_string()),
+                continue_: out.continue_token,
+                remaining_item_count: out.remaining,
+                self_link: None,
+            },
+            items: &out.items,
+        };
+        json(StatusCode::OK, &list)
+    }
+
+    fn list_query(&self, req: &ApiRequest) -> Result<ListQuery, ApiError> {
+        Ok(ListQuery {
+            labels: label_selector(req)?,
+            fields: field_selector(req)?,
+            limit: match req.param("limit") {
+                None | Some("") => None,
+                Some(l) => Some(
+                    l.parse::<i64>()
+                        .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?
+                        .max(0) as usize,
+                ),
+            },
+            continue_token: req.param("continue").map(str::to_string),
+            resource_version: req.param("resourceVersion").map(str::to_string),
+            resource_version_match: req.param("resourceVersionMatch").map(str::to_string),
+        })
+    }
+
+    async fn dispatch(&self, req: ApiRequest) -> Result<Response, ApiError> {
+        let info = self.info().clone();
+        let t = &req.target;
+        if info.namespaced && t.name.is_some() && t.namespace.is_none() {
+            return Err(ApiError::path_not_found());
+        }
+        if !info.namespaced && t.namespace.is_some() {
+            return Err(ApiError::path_not_found());
+        }
+        if let Some(ext) = &self.extension
+            && let Some(result) = ext.handle(&self.registry, &req).await
+        {
+            return result;
+        }
+        let reg = &self.registry;
+        let ns = req.namespace();
+        match (&t.verb, t.subresource.as_deref()) {
+            (Verb::Get, None | Some("status")) => {
+                if t.subresource.is_some() && info.subresource("status").is_none() {
+                    return Err(ApiError::path_not_found());
+                }
+                Ok(json(StatusCode::OK, &reg.get(ns, req.name()).await?))
+            }
+            (Verb::List, None) => {
+                let q = self.list_query(&req)?;
+                if let Some(name) = q.fields.required_value("metadata.name")
+                    && (ns.is_some() || !info.namespaced)
+                    && q.continue_token.is_none()
+                {
+                    // A single-object list (kubectl wait, rollout status): one key, not a range.
+                    return self.single_list(&req, &q, name).await;
+                }
+                Ok(self.list_response(reg.list(ns, &q).await?))
+            }
+            (Verb::Watch, None) => self.watch(&req).await,
+            (Verb::Create, None) => {
+                if info.namespaced && ns.is_none() {
+                    return Err(ApiError::method_not_supported(reg.target(""), "create"));
+                }
+                let obj = self.decode(&req)?;
+                let created = reg.create(ns, obj, req.dry_run()?).await?;
+                Ok(json(StatusCode::CREATED, &created))
+            }
+            (Verb::Update, None | Some("status")) => {
+                let part = self.part(t.subresource.as_deref())?;
+                let obj = self.decode(&req)?;
+                let (obj, created) = reg
+                    .update(ns, req.name(), obj, part, req.dry_run()?)
+                    .await?;
+                Ok(json(
+                    if created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    },
+                    &obj,
+                ))
+            }
+            (Verb::Patch, None | Some("status")) => {
+                let part = self.part(t.subresource.as_deref())?;
+                let patch = Patch::parse(&req)?;
+                let obj = reg
+                    .patch(ns, req.name(), part, req.dry_run()?, |doc| patch.apply(doc))
+                    .await?;
+                Ok(json(StatusCode::OK, &obj))
+            }
+            (Verb::Delete, None) => {
+                let opts = delete_options(&req)?;
+                match reg.delete(ns, req.name(), &opts).await? {
+                    Deleted::Pending(obj) => Ok(json(StatusCode::OK, &obj)),
+                    Deleted::Gone(obj) if reg.strategy.return_deleted_object() => {
+                        Ok(json(StatusCode::OK, &obj))
+                    }
+                    Deleted::Gone(obj) => {
+                        let uid = reg.strategy.meta(&obj).uid.clone();
+                        Ok(json(
+                            StatusCode::OK,
+                            &status_success(status::success(reg.target(req.name()), uid)),
+                        ))
+                    }
+                }
+            }
+            (Verb::DeleteCollection, None) => {
+                if info.plural == "namespaces" && info.group.is_empty() {
+                    return Err(ApiError::method_not_supported(
+                        reg.target(""),
+                        "deletecollection",
+                    ));
+                }
+                let q = self.list_query(&req)?;
+                let opts = delete_options(&req)?;
+                Ok(self.list_response(reg.delete_collection(ns, &q, &opts).await?))
+            }
+            (Verb::Get | Verb::Update | Verb::Patch, Some("scale"))
+                if info.subresource("scale").is_some() =>
+            {
+                self.scale(&req).await
+            }
+            (_, Some(sub)) if info.subresource(sub).is_some() => {
+                Err(ApiError::method_not_supported(
+                    reg.target(req.name()),
+                    &format!("{} on {sub}", t.verb.as_str()),
+                ))
+            }
+            (_, Some(_)) => Err(ApiError::path_not_found()),
+        }
+    }
+
+    fn part(&self, sub: Option<&str>) -> Result<Part, ApiError> {
+        match sub {
+            None => Ok(Part::Main),
+            Some("status") if self.info().subresource("status").is_some() => Ok(Part::Status),
+            Some(_) => Err(ApiError::path_not_found()),
+        }
+    }
+
+    async fn single_list(
+        &self,
+        req: &ApiRequest,
+        q: &ListQuery,
+        name: &str,
+    ) -> Result<Response, ApiError> {
+        let reg = &self.registry;
+        let revision = reg
+            .store()
+            .current_revision()
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let items = match reg.get(req.namespace(), name).await {
+            Ok(obj) => {
+                let meta = reg.strategy.meta(&obj);
+                let fields_ok = q.fields.matches(|f| reg.field_value(&obj, f));
+                if q.labels.matches(meta.labels.as_ref()) && fields_ok {
+                    vec![obj]
+                } else {
+                    vec![]
+                }
+            }
+            Err(e) if e.code == 404 => vec![],
+            Err(e) => return Err(e),
+        };
+        Ok(self.list_response(ListOutput {
+            items,
+            resource_version: revision,
+            continue_token: None,
+            remaining: None,
+        }))
+    }
+
+    async fn watch(&self, req: &ApiRequest) -> Result<Response, ApiError> {
+        let info = self.info().clone();
+        let mut fields = field_selector(req)?;
+        if let Some(name) = req.target.name.as_deref() {
+            // A named watch is a watch with metadata.name pinned.
+            if fields
+                .required_value("metadata.name")
+                .is_some_and(|n| n != name)
+            {
+                return Err(ApiError::bad_request(
+                    "fieldSelector metadata.name doesn't match requested name",
+                ));
+            }
+            fields.terms.push(minik8s_api::selector::FieldTerm {
+                field: "metadata.name".into(),
+                value: name.into(),
+                equal: true,
+            });
+        }
+        let send_initial_events = match req.param("sendInitialEvents") {
+            None | Some("") => None,
+            Some(v) => Some(matches!(v, "true" | "1" | "True")),
+        };
+        let q = WatchQuery {
+            labels: label_selector(req)?,
+            fields,
+            resource_version: req.param("resourceVersion").map(str::to_string),
+            resource_version_match: req.param("resourceVersionMatch").map(str::to_string),
+            send_initial_events,
+            allow_bookmarks: req.flag("allowWatchBookmarks"),
+            bookmark_interval: self.options.bookmark_interval,
+        };
+        let timeout = match req
+            .param("timeoutSeconds")
+            .and_then(|t| t.parse::<u64>().ok())
+        {
+            Some(secs) => Duration::from_secs(secs),
+            None => {
+                let min = self.options.min_request_timeout.as_secs_f64();
+                Duration::from_secs_f64(min * (1.0 + rand::rng().random::<f64>()))
+            }
+        };
+        let rx = self.registry.watch(req.namespace(), q).await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let kind = info.kind.clone();
+        let api_version = info.api_version();
+        let stream = futures::stream::unfold((rx, false), move |(mut rx, done)| {
+            let kind = kind.clone();
+            let api_version = api_version.clone();
+            async move {
+                if done {
+                    return None;
+                }
+                let event = tokio::select! {
+                    e = rx.recv() => e?,
+                    _ = tokio::time::sleep_until(deadline) => return None,
+                };
+                let is_error = matches!(event, WatchEvent::Error(_));
+                let line = encode_watch_event(event, &kind, &api_version);
+                Some((
+                    Ok::<_, std::convert::Infallible>(Bytes::from(line)),
+                    (rx, is_error),
+                ))
+            }
+        })
+        .boxed();
+        let mut resp = Response::new(Body::from_stream(stream));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static(codec::JSON),
+        );
+        Ok(resp)
+    }
+
+    fn to_scale(&self, obj: &S::Object) -> Result<Scale, ApiError> {
+        let view = self
+            .registry
+            .strategy
+            .scale(obj)
+            .ok_or_else(|| ApiError::internal("object has no scale"))?;
+        let meta = self.registry.strategy.meta(obj);
+        Ok(Scale {
+            metadata: ObjectMeta {
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                uid: meta.uid.clone(),
+                resource_version: meta.resource_version.clone(),
+                creation_timestamp: meta.creation_timestamp.clone(),
+                ..Default::default()
+            },
+            spec: Some(ScaleSpec {
+                replicas: Some(view.spec_replicas),
+            }),
+            status: Some(ScaleStatus {
+                replicas: view.status_replicas,
+                selector: view.selector,
+            }),
+        })
+    }
+
+    async fn scale(&self, req: &ApiRequest) -> Result<Response, ApiError> {
+        let reg = &self.registry;
+        let ns = req.namespace();
+        let name = req.name();
+        let scale_invalid = |replicas: i32| {
+            let err = FieldError::invalid(
+                &Path::new("spec").child("replicas"),
+                replicas,
+                "must be greater than or equal to 0",
+            );
+            ApiError::invalid("Scale", "autoscaling", name, &[err])
+        };
+        match req.target.verb {
+            Verb::Get => Ok(json(
+                StatusCode::OK,
+                &self.to_scale(&reg.get(ns, name).await?)?,
+            )),
+            Verb::Update => {
+                let value = codec::parse_body(req.content_type(), &req.body, "Scale")?;
+                let scale: Scale = codec::decode_object(value, "Scale", "autoscaling/v1", false)?;
+                let replicas = scale.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+                if replicas < 0 {
+                    return Err(scale_invalid(replicas));
+                }
+                let precondition = match scale
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .filter(|rv| !rv.is_empty())
+                {
+                    Some(rv) => Some(rv.parse().map_err(|_| {
+                        ApiError::bad_request(format!("invalid resource version: {rv}"))
+                    })?),
+                    None => None,
+                };
+                let (obj, _) = reg
+                    .guaranteed_update(ns, name, precondition, req.dry_run()?, |current| {
+                        let mut new = current.clone();
+                        reg.strategy.set_replicas(&mut new, replicas);
+                        reg.before_update(&mut new, &current, Part::Main)?;
+                        Ok(new)
+                    })
+                    .await?;
+                Ok(json(StatusCode::OK, &self.to_scale(&obj)?))
+            }
+            Verb::Patch => {
+                let patch = Patch::parse(req)?;
+                let (obj, _) = reg
+                    .guaranteed_update(ns, name, None, req.dry_run()?, |current| {
+                        let scale = self.to_scale(&current)?;
+                        let doc = serde_json::to_value(&scale).map_err(ApiError::internal)?;
+                        let patched: Scale =
+                            serde_json::from_value(patch.apply(doc)?).map_err(|e| {
+                                ApiError::bad_request(format!(
+                                    "the patched object is not a valid Scale: {e}"
+                                ))
+                            })?;
+                        if patched.metadata.resource_version.is_some()
+                            && patched.metadata.resource_version != scale.metadata.resource_version
+                        {
+                            return Err(ApiError::stale(reg.target(name)));
+                        }
+                        let replicas = patched.spec.and_then(|s| s.replicas).unwrap_or(0);
+                        if replicas < 0 {
+                            return Err(scale_invalid(replicas));
+                        }
+                        let mut new = current.clone();
+                        reg.strategy.set_replicas(&mut new, replicas);
+                        reg.before_update(&mut new, &current, Part::Main)?;
+                        Ok(new)
+                    })
+                    .await?;
+                Ok(json(StatusCode::OK, &self.to_scale(&obj)?))
+            }
+            _ => Err(ApiError::method_not_supported(
+                reg.target(name),
+                req.target.verb.as_str(),
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Strategy> Endpoint for ResourceEndpoint<S> {
+    fn info(&self) -> &ResourceInfo {
+        self.registry.strategy.info()
+    }
+
+    async fn serve(&self, req: ApiRequest) -> Response {
+        match self.dispatch(req).await {
+            Ok(resp) => resp,
+            Err(e) => status_response(&e),
+        }
+    }
+}
+
+fn status_success(
+    mut s: k8s_openapi::apimachinery::pkg::apis::meta::v1::Status,
+) -> serde_json::Value {
+    s.code = None;
+    let mut v = serde_json::to_value(s).unwrap_or_default();
+    if let Some(m) = v.as_object_mut() {
+        m.insert("kind".into(), "Status".into());
+        m.insert("apiVersion".into(), "v1".into());
+        m.entry("metadata").or_insert_with(|| serde_json::json!({}));
+    }
+    v
+}
+
+pub fn label_selector(req: &ApiRequest) -> Result<Selector, ApiError> {
+    match req.param("labelSelector") {
+        None | Some("") => Ok(Selector::everything()),
+        Some(s) => Selector::parse(s).map_err(|e| ApiError::bad_request(e.to_string())),
+    }
+}
+
+pub fn field_selector(req: &ApiRequest) -> Result<FieldSelector, ApiError> {
+    match req.param("fieldSelector") {
+        None | Some("") => Ok(FieldSelector::default()),
+        Some(s) => FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.0)),
+    }
+}
+
+fn delete_options(req: &ApiRequest) -> Result<DeleteOpts, ApiError> {
+    let mut opts = DeleteOpts {
+        dry_run: req.dry_run()?,
+        ..Default::default()
+    };
+    let body_opts: Option<DeleteOptions> = if req.body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let mut value = codec::parse_body(req.content_type(), &req.body, "DeleteOptions")?;
+        if let Some(m) = value.as_object_mut() {
+            // Any group's DeleteOptions is accepted; decode it as the meta/v1 type.
+            m.remove("kind");
+            m.remove("apiVersion");
+        }
+        Some(
+            serde_json::from_value(value)
+                .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?,
+        )
+    };
+    let (grace, policy, orphan) = match &body_opts {
+        Some(o) => {
+            if o.dry_run
+                .as_ref()
+                .is_some_and(|d| d.iter().any(|v| v == "All"))
+            {
+                opts.dry_run = true;
+            }
+            opts.preconditions = o.preconditions.clone();
+            (
+                o.grace_period_seconds,
+                o.propagation_policy.clone(),
+                o.orphan_dependents,
+            )
+        }
+        None => (
+            match req.param("gracePeriodSeconds") {
+                None | Some("") => None,
+                Some(g) => Some(g.parse::<i64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid gracePeriodSeconds: {g:?}"))
+                })?),
+            },
+            req.param("propagationPolicy").map(str::to_string),
+            req.param("orphanDependents").map(|v| v == "true"),
+        ),
+    };
+    if orphan.is_some() && policy.is_some() {
+        let err = FieldError::invalid(
+            &Path::new("propagationPolicy"),
+            policy.clone().unwrap_or_default(),
+            "orphanDependents and deletionPropagation cannot be both set",
+        );
+        return Err(ApiError::invalid(
+            "DeleteOptions",
+            "meta.k8s.io",
+            "",
+            &[err],
+        ));
+    }
+    opts.grace_period_seconds = grace;
+    opts.propagation_policy = policy.or_else(|| {
+        orphan.map(|o| {
+            if o {
+                "Orphan".into()
+            } else {
+                "Background".into()
+            }
+        })
+    });
+    Ok(opts)
+}
+
+/// A parsed patch body.
+pub enum Patch {
+    Json(json_patch::Patch),
+    Merge(serde_json::Value),
+}
+
+const PATCH_TYPES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+];
+
+impl Patch {
+    pub fn parse(req: &ApiRequest) -> Result<Patch, ApiError> {
+        if req.body.len() > codec::MAX_BODY_BYTES {
+            return Err(ApiError::request_entity_too_large(format!(
+                "limit is {}",
+                codec::MAX_BODY_BYTES
+            )));
+        }
+        let media = codec::media_type(req.content_type());
+        match media.as_str() {
+            "application/json-patch+json" => {
+                let p: json_patch::Patch = serde_json::from_slice(&req.body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                if p.0.len() > 10000 {
+                    return Err(ApiError::request_entity_too_large(format!(
+                        "The allowed maximum operations in a JSON patch is 10000, got {}",
+                        p.0.len()
+                    )));
+                }
+                Ok(Patch::Json(p))
+            }
+            "application/merge-patch+json" => {
+                let v: serde_json::Value = serde_json::from_slice(&req.body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                Ok(Patch::Merge(v))
+            }
+            "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
+                Err(ApiError::unsupported_media_type(&media, &PATCH_TYPES[..2]))
+            }
+            _ => Err(ApiError::unsupported_media_type(&media, PATCH_TYPES)),
+        }
+    }
+
+    pub fn apply(&self, mut doc: serde_json::Value) -> Result<serde_json::Value, ApiError> {
+        match self {
+            Patch::Json(p) => {
+                json_patch::patch(&mut doc, p).map_err(|e| ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: format!(
+                        "the server rejected our request due to an error in our request: {e}"
+                    ),
+                    details: None,
+                })?;
+            }
+            Patch::Merge(p) => json_patch::merge(&mut doc, p),
+        }
+        Ok(doc)
+    }
+}
+
+/// One line of a watch stream.
+fn encode_watch_event<T: Serialize>(
+    event: WatchEvent<T>,
+    kind: &str,
+    api_version: &str,
+) -> Vec<u8> {
+    let (ty, object) = match event {
+        WatchEvent::Added(o) => ("ADDED", serde_json::to_value(o)),
+        WatchEvent::Modified(o) => ("MODIFIED", serde_json::to_value(o)),
+        WatchEvent::Deleted(o) => ("DELETED", serde_json::to_value(o)),
+        WatchEvent::Bookmark {
+            resource_version,
+            initial_events_end,
+        } => {
+            let mut metadata = serde_json::json!({"resourceVersion": resource_version.to_string()});
+            if initial_events_end {
+                metadata["annotations"] = serde_json::json!({"k8s.io/initial-events-end": "true"});
+            }
+            (
+                "BOOKMARK",
+                Ok(
+                    serde_json::json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
+                ),
+            )
+        }
+        WatchEvent::Error(e) => {
+            let mut s = serde_json::to_value(e.to_status()).unwrap_or_default();
+            s["kind"] = "Status".into();
+            s["apiVersion"] = "v1".into();
+            ("ERROR", Ok(s))
+        }
+    };
+    let object = object.unwrap_or_else(|e| serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": e.to_string(), "code": 500}));
+    let mut line =
+        serde_json::to_vec(&serde_json::json!({"type": ty, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    line
+}

@@ -1,0 +1,18 @@
+//! The minik8s API server: Kubernetes API paths and semantics over a durable store.
+//!
+//! `storage` is the only code that touches the data; `registry` holds the semantics every
+//! resource shares; `handlers` speaks HTTP; `server` and `serve` wire it up. `router` builds
+//! the whole HTTP API so tests can drive it without a socket.
+
+pub mod auth;
+pub mod builtin;
+pub mod handlers;
+pub mod metrics;
+pub mod pki;
+pub mod registry;
+pub mod serve;
+pub mod server;
+pub mod storage;
+
+pub use handlers::router;
+pub use server::{ApiServer, Config, Prepared, ServerError, prepare};

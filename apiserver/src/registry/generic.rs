@@ -1,0 +1,1315 @@
+//! The generic registry: upstream's `registry.Store` for one resource. It owns the rules every
+//! kind shares (system metadata, optimistic concurrency, graceful deletion and finalizers,
+//! resourceVersion semantics of list and watch, selectors) and asks the kind's `Strategy` for
+//! the rest. HTTP concerns stay in `handlers`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use bytes::Bytes;
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Preconditions, Time};
+use minik8s_api::selector::{FieldSelector, Selector};
+use minik8s_api::strategy::Strategy;
+use minik8s_api::validation::{
+    FieldError, Path, validate_object_meta, validate_object_meta_update,
+};
+use minik8s_api::{ApiError, Target, meta};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::storage::{DynStore, Event, KeyValue, ListOptions, Revision, StoreError};
+
+/// How long a read for a resourceVersion the store has not reached yet waits before 504.
+const FUTURE_REVISION_WAIT: Duration = Duration::from_secs(3);
+
+/// Which part of an object an update may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Main,
+    Status,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListQuery {
+    pub labels: Selector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WatchQuery {
+    pub labels: Selector,
+    pub fields: FieldSelector,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+    pub send_initial_events: Option<bool>,
+    pub allow_bookmarks: bool,
+    pub bookmark_interval: Duration,
+}
+
+pub struct ListOutput<T> {
+    pub items: Vec<T>,
+    pub resource_version: Revision,
+    pub continue_token: Option<String>,
+    pub remaining: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOpts {
+    pub grace_period_seconds: Option<i64>,
+    pub propagation_policy: Option<String>,
+    pub preconditions: Option<Preconditions>,
+    pub dry_run: bool,
+}
+
+/// The result of a delete: gone from storage, or still there with deletion pending.
+pub enum Deleted<T> {
+    Gone(T),
+    Pending(T),
+}
+
+#[derive(Debug)]
+pub enum WatchEvent<T> {
+    Added(T),
+    Modified(T),
+    Deleted(T),
+    Bookmark {
+        resource_version: Revision,
+        initial_events_end: bool,
+    },
+    Error(ApiError),
+}
+
+/// Continue tokens as upstream encodes them (URL-safe base64 of this JSON).
+#[derive(Serialize, Deserialize)]
+struct ContinueToken {
+    v: String,
+    rv: i64,
+    start: String,
+}
+
+pub struct GenericRegistry<S: Strategy> {
+    pub strategy: S,
+    store: DynStore,
+    root: String,
+}
+
+fn parse_rv(rv: &str) -> Result<Revision, ApiError> {
+    rv.parse::<Revision>().map_err(|_| {
+        ApiError::bad_request(format!(
+            "invalid resource version: resourceVersion: Invalid value: {rv:?}: strconv.ParseUint: parsing {rv:?}: invalid syntax"
+        ))
+    })
+}
+
+/// A 422 about list or watch options, worded as upstream's ListOptions validation.
+fn invalid_options(field: &str, detail: &str) -> ApiError {
+    let err = FieldError::forbidden(&Path::new(field), detail);
+    ApiError::invalid("ListOptions", "meta.k8s.io", "", &[err])
+}
+
+impl<S: Strategy> GenericRegistry<S> {
+    pub fn new(strategy: S, store: DynStore) -> Self {
+        let root = strategy.info().key_root();
+        GenericRegistry {
+            strategy,
+            store,
+            root,
+        }
+    }
+
+    pub fn store(&self) -> &DynStore {
+        &self.store
+    }
+
+    fn namespaced(&self) -> bool {
+        self.strategy.info().namespaced
+    }
+
+    pub fn target<'a>(&'a self, name: &'a str) -> Target<'a> {
+        let info = self.strategy.info();
+        Target {
+            group: &info.group,
+            resource: &info.plural,
+            name,
+        }
+    }
+
+    pub fn key(&self, ns: Option<&str>, name: &str) -> String {
+        match ns.filter(|_| self.namespaced()) {
+            Some(ns) => format!("{}{ns}/{name}", self.root),
+            None => format!("{}{name}", self.root),
+        }
+    }
+
+    fn prefix(&self, ns: Option<&str>) -> String {
+        match ns.filter(|_| self.namespaced()) {
+            Some(ns) => format!("{}{ns}/", self.root),
+            None => self.root.clone(),
+        }
+    }
+
+    fn store_error(&self, name: &str, e: StoreError) -> ApiError {
+        match e {
+            StoreError::AlreadyExists(_) => ApiError::already_exists(self.target(name)),
+            StoreError::NotFound(_) => ApiError::not_found(self.target(name)),
+            StoreError::Conflict { .. } => ApiError::stale(self.target(name)),
+            StoreError::Compacted {
+                requested,
+                compacted,
+            } => ApiError::expired(format!(
+                "too old resource version: {requested} ({compacted})"
+            )),
+            StoreError::FutureRevision { requested, current } => {
+                ApiError::too_large_resource_version(requested, current)
+            }
+            StoreError::ValueTooLarge { size, limit } => ApiError::request_entity_too_large(
+                format!("object of {size} bytes is larger than the storage limit of {limit} bytes"),
+            ),
+            StoreError::Backend(msg) => {
+                tracing::error!(error = %msg, "storage failure");
+                ApiError::internal(format!("storage: {msg}"))
+            }
+        }
+    }
+
+    /// Decodes a stored value and puts its revision back as resourceVersion.
+    pub fn decode(&self, kv: &KeyValue) -> Result<S::Object, ApiError> {
+        let mut obj: S::Object = serde_json::from_slice(&kv.value)
+            .map_err(|e| ApiError::internal(format!("corrupt object at {}: {e}", kv.key)))?;
+        self.strategy.meta_mut(&mut obj).resource_version = Some(kv.mod_revision.to_string());
+        Ok(obj)
+    }
+
+    fn encode(&self, obj: &S::Object) -> Result<Bytes, ApiError> {
+        let mut obj = obj.clone();
+        self.strategy.meta_mut(&mut obj).resource_version = None;
+        serde_json::to_vec(&obj)
+            .map(Bytes::from)
+            .map_err(ApiError::internal)
+    }
+
+    fn name_of(&self, obj: &S::Object) -> String {
+        self.strategy.meta(obj).name.clone().unwrap_or_default()
+    }
+
+    fn invalid(&self, name: &str, errs: &[FieldError]) -> ApiError {
+        let info = self.strategy.info();
+        ApiError::invalid(&info.kind, &info.group, name, errs)
+    }
+
+    pub async fn get(&self, ns: Option<&str>, name: &str) -> Result<S::Object, ApiError> {
+        match self.store.get(&self.key(ns, name)).await {
+            Ok(Some(kv)) => self.decode(&kv),
+            Ok(None) => Err(ApiError::not_found(self.target(name))),
+            Err(e) => Err(self.store_error(name, e)),
+        }
+    }
+
+    /// The value of a field for field selectors: metadata fields, then the kind's own.
+    pub fn field_value(&self, obj: &S::Object, field: &str) -> Option<String> {
+        let meta = self.strategy.meta(obj);
+        match field {
+            "metadata.name" => meta.name.clone(),
+            "metadata.namespace" => meta.namespace.clone(),
+            _ => self.strategy.field(obj, field),
+        }
+    }
+
+    /// Rejects field selectors on fields this kind does not index.
+    pub fn check_fields(&self, fields: &FieldSelector) -> Result<(), ApiError> {
+        for t in &fields.terms {
+            let generic = t.field == "metadata.name"
+                || (t.field == "metadata.namespace" && self.namespaced());
+            if !generic && !self.strategy.supports_field(&t.field) {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {}",
+                    t.field
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn matches(&self, obj: &S::Object, labels: &Selector, fields: &FieldSelector) -> bool {
+        labels.matches(self.strategy.meta(obj).labels.as_ref())
+            && (fields.is_empty() || fields.matches(|f| self.field_value(obj, f)))
+    }
+
+    /// Waits (briefly) until the store has reached `rev`, as reads with NotOlderThan do.
+    async fn wait_for_revision(&self, rev: Revision) -> Result<(), ApiError> {
+        let deadline = Instant::now() + FUTURE_REVISION_WAIT;
+        loop {
+            let current = self
+                .store
+                .current_revision()
+                .await
+                .map_err(|e| self.store_error("", e))?;
+            if current >= rev {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(ApiError::too_large_resource_version(rev, current));
+            }
+            // The store has no "revision reached" signal across backends; a short re-check
+            // bounded by the deadline keeps this rare path simple.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn list(
+        &self,
+        ns: Option<&str>,
+        q: &ListQuery,
+    ) -> Result<ListOutput<S::Object>, ApiError> {
+        self.check_fields(&q.fields)?;
+        let rv_match = q
+            .resource_version_match
+            .as_deref()
+            .filter(|m| !m.is_empty());
+        if let Some(m) = rv_match {
+            if !matches!(m, "Exact" | "NotOlderThan") {
+                let err = FieldError::not_supported(
+                    &Path::new("resourceVersionMatch"),
+                    m,
+                    &["Exact", "NotOlderThan", ""],
+                );
+                return Err(ApiError::invalid("ListOptions", "meta.k8s.io", "", &[err]));
+            }
+            if q.continue_token.is_some() {
+                return Err(invalid_options(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if q.resource_version.as_deref().is_none_or(str::is_empty) {
+                return Err(invalid_options(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if m == "Exact" && q.resource_version.as_deref() == Some("0") {
+                return Err(invalid_options(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        // metadata.namespace narrows an all-namespaces list.
+        let ns_owned;
+        let ns = match (ns, q.fields.required_value("metadata.namespace")) {
+            (None, Some(n)) if self.namespaced() => {
+                ns_owned = n.to_string();
+                Some(ns_owned.as_str())
+            }
+            (ns, _) => ns,
+        };
+        let prefix = self.prefix(ns);
+        let mut limit = q.limit.filter(|l| *l > 0);
+        let (mut revision, mut after) = (None, None);
+        if let Some(token) = q.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            if q.resource_version
+                .as_deref()
+                .is_some_and(|rv| !rv.is_empty() && rv != "0")
+            {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
+            let (rv, start) = self.decode_continue(token)?;
+            revision = (rv > 0).then_some(rv);
+            after = Some(format!("{}{start}", self.root));
+        } else if let Some(rv) = q.resource_version.as_deref().filter(|rv| !rv.is_empty()) {
+            if rv == "0" {
+                // "Any" version: served from the newest state, every item in one page.
+                limit = None;
+            } else {
+                let rev = parse_rv(rv)?;
+                match rv_match {
+                    Some("Exact") => revision = Some(rev),
+                    None if limit.is_some() => revision = Some(rev),
+                    _ => self.wait_for_revision(rev).await?,
+                }
+            }
+        }
+        let filtering = !q.labels.is_empty() || !q.fields.is_empty();
+        let page = match limit {
+            Some(l) if filtering => Some(l.max(500)),
+            other => other,
+        };
+        let mut items = Vec::new();
+        let mut list_rev = revision;
+        let mut continue_key = None;
+        let mut remaining = None;
+        loop {
+            let opts = ListOptions {
+                prefix: prefix.clone(),
+                after_key: after.clone(),
+                limit: page,
+                revision: list_rev,
+            };
+            let result = match self.store.list(opts).await {
+                Ok(r) => r,
+                Err(StoreError::Compacted { .. }) if q.continue_token.is_some() => {
+                    return Err(ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                    ));
+                }
+                Err(StoreError::Compacted { .. }) => {
+                    return Err(ApiError::expired(
+                        "The resourceVersion for the provided list is too old.",
+                    ));
+                }
+                Err(e) => return Err(self.store_error("", e)),
+            };
+            list_rev = Some(result.revision);
+            let fetched = result.kvs.len();
+            for (i, kv) in result.kvs.iter().enumerate() {
+                let obj = self.decode(kv)?;
+                after = Some(kv.key.clone());
+                if filtering && !self.matches(&obj, &q.labels, &q.fields) {
+                    continue;
+                }
+                items.push(obj);
+                if limit.is_some_and(|l| items.len() >= l) {
+                    let left = (fetched - i - 1) + result.remaining;
+                    if left > 0 {
+                        continue_key = Some(kv.key.clone());
+                        if !filtering {
+                            remaining = Some(left as i64);
+                        }
+                    }
+                    break;
+                }
+            }
+            let full = limit.is_some_and(|l| items.len() >= l);
+            if full || result.remaining == 0 || page.is_none() {
+                break;
+            }
+        }
+        let resource_version = list_rev.unwrap_or_default();
+        let continue_token = continue_key.map(|k| self.encode_continue(resource_version, &k));
+        Ok(ListOutput {
+            items,
+            resource_version,
+            continue_token,
+            remaining,
+        })
+    }
+
+    fn encode_continue(&self, rv: Revision, key: &str) -> String {
+        let start = format!("{}\u{0}", key.strip_prefix(&self.root).unwrap_or(key));
+        let token = ContinueToken {
+            v: "meta.k8s.io/v1".into(),
+            rv,
+            start,
+        };
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(&token).expect("token serializes"))
+    }
+
+    fn decode_continue(&self, token: &str) -> Result<(Revision, String), ApiError> {
+        let bad = |detail: &str| {
+            ApiError::bad_request(format!(
+                "invalid continue token: continue key is not valid: {detail}"
+            ))
+        };
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token.trim_end_matches('='))
+            .map_err(|e| bad(&e.to_string()))?;
+        let t: ContinueToken = serde_json::from_slice(&raw).map_err(|e| bad(&e.to_string()))?;
+        if t.v != "meta.k8s.io/v1" {
+            return Err(bad(&format!(
+                "server does not recognize this encoded version {}",
+                t.v
+            )));
+        }
+        if t.rv == 0 {
+            return Err(bad(
+                "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+            ));
+        }
+        let start = t
+            .start
+            .trim_end_matches('\u{0}')
+            .trim_start_matches('/')
+            .to_string();
+        if start.is_empty() {
+            return Err(bad("encoded start key empty (version meta.k8s.io/v1)"));
+        }
+        if start.split('/').any(|s| s == ".." || s == ".") {
+            return Err(bad("continue key may not contain path traversal"));
+        }
+        Ok((t.rv, start))
+    }
+
+    /// Rejects creates in a namespace that does not exist or is being deleted
+    /// (upstream's NamespaceLifecycle admission).
+    async fn admit_namespace(&self, ns: &str, name: &str) -> Result<(), ApiError> {
+        let key = format!("/registry/namespaces/{ns}");
+        let kv = self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| self.store_error(name, e))?;
+        let Some(kv) = kv else {
+            return Err(ApiError::not_found(Target {
+                group: "",
+                resource: "namespaces",
+                name: ns,
+            }));
+        };
+        let namespace: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
+        let terminating = namespace.metadata.deletion_timestamp.is_some()
+            || namespace.status.and_then(|s| s.phase).as_deref() == Some("Terminating");
+        if terminating {
+            let mut e = ApiError::forbidden(
+                self.target(name),
+                &format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+            );
+            if let Some(d) = e.details.as_mut() {
+                d.causes = Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause {
+                        reason: Some("NamespaceTerminating".into()),
+                        message: Some(format!("namespace {ns} is being terminated")),
+                        field: Some("metadata.namespace".into()),
+                    },
+                ]);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Reconciles the namespace of the body with the request's (upstream's BeforeCreate rule).
+    pub fn reconcile_namespace(
+        &self,
+        obj: &mut S::Object,
+        ns: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let namespaced = self.namespaced();
+        let meta = self.strategy.meta_mut(obj);
+        if !namespaced {
+            meta.namespace = None;
+            return Ok(());
+        }
+        match (meta.namespace.as_deref().filter(|n| !n.is_empty()), ns) {
+            (None, Some(ns)) => meta.namespace = Some(ns.to_string()),
+            (Some(body), Some(ns)) if body != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn tracks_generation(&self, obj: &S::Object) -> bool {
+        self.strategy.spec_changed(obj, obj).is_some()
+    }
+
+    /// Create: system metadata, defaults, the kind's PrepareForCreate, validation, admission.
+    pub async fn create(
+        &self,
+        ns: Option<&str>,
+        mut obj: S::Object,
+        dry_run: bool,
+    ) -> Result<S::Object, ApiError> {
+        self.reconcile_namespace(&mut obj, ns)?;
+        {
+            let meta = self.strategy.meta_mut(&mut obj);
+            if meta
+                .resource_version
+                .as_deref()
+                .is_some_and(|rv| !rv.is_empty())
+            {
+                return Err(ApiError::bad_request(
+                    "resourceVersion should not be set on objects to be created",
+                ));
+            }
+            meta.creation_timestamp = None;
+            meta.uid = None;
+            meta.deletion_timestamp = None;
+            meta.deletion_grace_period_seconds = None;
+            meta.self_link = None;
+        }
+        let generated = {
+            let meta = self.strategy.meta(&obj);
+            meta.name.as_deref().is_none_or(str::is_empty)
+                && meta.generate_name.as_deref().is_some_and(|g| !g.is_empty())
+        };
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut candidate = obj.clone();
+            {
+                let meta = self.strategy.meta_mut(&mut candidate);
+                if generated {
+                    meta.name = Some(meta::generate_name(
+                        meta.generate_name.as_deref().unwrap_or_default(),
+                    ));
+                }
+                meta.uid = Some(meta::new_uid());
+                meta.creation_timestamp = Some(meta::now());
+            }
+            self.strategy.default_fields(&mut candidate);
+            if self.tracks_generation(&candidate) {
+                self.strategy.meta_mut(&mut candidate).generation = Some(1);
+            }
+            self.strategy.prepare_create(&mut candidate);
+            let name = self.name_of(&candidate);
+            let mut errs = self.strategy.validate(&candidate);
+            if errs.is_empty() {
+                let info = self.strategy.info();
+                validate_object_meta(
+                    self.strategy.meta(&candidate),
+                    info.namespaced,
+                    info.name_rule,
+                    &mut errs,
+                );
+                if generated && let Some(g) = &self.strategy.meta(&candidate).generate_name {
+                    let masked = g.strip_suffix('-').unwrap_or(g);
+                    if !masked.is_empty() && !info.name_rule.check(masked).is_empty() {
+                        errs.retain(|e| e.field != "metadata.name");
+                        for e in info.name_rule.check(masked) {
+                            errs.push(FieldError::invalid(
+                                &Path::new("metadata").child("generateName"),
+                                g,
+                                e,
+                            ));
+                        }
+                    }
+                }
+            }
+            if !errs.is_empty() {
+                return Err(self.invalid(&name, &errs));
+            }
+            if self.namespaced() {
+                let ns = self
+                    .strategy
+                    .meta(&candidate)
+                    .namespace
+                    .clone()
+                    .unwrap_or_default();
+                self.admit_namespace(&ns, &name).await?;
+            }
+            if dry_run {
+                return Ok(candidate);
+            }
+            let key = self.key(self.strategy.meta(&candidate).namespace.as_deref(), &name);
+            let value = self.encode(&candidate)?;
+            match self.store.create(&key, value).await {
+                Ok(kv) => {
+                    self.strategy.meta_mut(&mut candidate).resource_version =
+                        Some(kv.mod_revision.to_string());
+                    return Ok(candidate);
+                }
+                Err(StoreError::AlreadyExists(_)) if generated && attempts < 8 => continue,
+                Err(StoreError::AlreadyExists(_)) if generated => {
+                    let mut e = ApiError::already_exists(self.target(&name));
+                    e.message.push_str(
+                        ", the server was not able to generate a unique name for the object",
+                    );
+                    if let Some(d) = e.details.as_mut() {
+                        d.retry_after_seconds = Some(1);
+                    }
+                    return Err(e);
+                }
+                Err(StoreError::AlreadyExists(_)) => {
+                    let existing = self.store.get(&key).await.ok().flatten();
+                    let mut e = ApiError::already_exists(self.target(&name));
+                    if existing
+                        .and_then(|kv| self.decode(&kv).ok())
+                        .is_some_and(|o| self.strategy.meta(&o).deletion_timestamp.is_some())
+                    {
+                        e.message = format!("object is being deleted: {}", e.message);
+                    }
+                    return Err(e);
+                }
+                Err(e) => return Err(self.store_error(&name, e)),
+            }
+        }
+    }
+
+    /// Upstream's BeforeUpdate: what an update may not change, defaults, generation, validation.
+    pub fn before_update(
+        &self,
+        new: &mut S::Object,
+        old: &S::Object,
+        part: Part,
+    ) -> Result<(), ApiError> {
+        let name = self.name_of(old);
+        let old_meta = self.strategy.meta(old).clone();
+        {
+            let meta = self.strategy.meta_mut(new);
+            if let Some(uid) = meta.uid.as_deref().filter(|u| !u.is_empty())
+                && Some(uid) != old_meta.uid.as_deref()
+            {
+                let msg = format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    old_meta.uid.clone().unwrap_or_default()
+                );
+                return Err(ApiError::conflict(self.target(&name), &msg));
+            }
+            meta.uid = old_meta.uid.clone();
+            meta.creation_timestamp = old_meta.creation_timestamp.clone();
+            if old_meta.deletion_timestamp.is_some() {
+                meta.deletion_timestamp = old_meta.deletion_timestamp.clone();
+            }
+            if meta.deletion_grace_period_seconds.is_none() {
+                meta.deletion_grace_period_seconds = old_meta.deletion_grace_period_seconds;
+            }
+            meta.generation = old_meta.generation;
+            meta.resource_version = None;
+            meta.self_link = None;
+            if meta.managed_fields.is_none() {
+                meta.managed_fields = old_meta.managed_fields.clone();
+            }
+        }
+        let has_status = self.strategy.info().subresource("status").is_some();
+        match part {
+            Part::Main if has_status => self.strategy.keep_status(new, old),
+            Part::Main => {}
+            Part::Status => {
+                self.strategy.keep_spec(new, old);
+                let meta = self.strategy.meta_mut(new);
+                meta.labels = old_meta.labels.clone();
+                meta.annotations = old_meta.annotations.clone();
+                meta.finalizers = old_meta.finalizers.clone();
+                meta.owner_references = old_meta.owner_references.clone();
+                meta.deletion_timestamp = old_meta.deletion_timestamp.clone();
+            }
+        }
+        self.strategy.default_fields(new);
+        if part == Part::Main && self.strategy.spec_changed(new, old) == Some(true) {
+            let meta = self.strategy.meta_mut(new);
+            meta.generation = Some(old_meta.generation.unwrap_or(0) + 1);
+        }
+        let info = self.strategy.info();
+        let new_meta = self.strategy.meta(new);
+        let mut errs = Vec::new();
+        validate_object_meta(new_meta, info.namespaced, info.name_rule, &mut errs);
+        validate_object_meta_update(new_meta, &old_meta, &mut errs);
+        if old_meta.deletion_timestamp.is_some() {
+            let old_f = old_meta.finalizers.clone().unwrap_or_default();
+            let added: Vec<&String> = new_meta
+                .finalizers
+                .iter()
+                .flatten()
+                .filter(|f| !old_f.contains(f))
+                .collect();
+            if !added.is_empty() {
+                errs.push(FieldError::forbidden(
+                    &Path::new("metadata").child("finalizers"),
+                    format!("no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+                ));
+            }
+        }
+        errs.extend(self.strategy.validate_update(new, old));
+        if !errs.is_empty() {
+            return Err(self.invalid(&name, &errs));
+        }
+        Ok(())
+    }
+
+    /// Read-modify-write with optimistic concurrency, retried on races unless the caller
+    /// pinned a resourceVersion. `update` gets the current object and returns the new one.
+    /// Returns the stored object and whether it is now gone (finalized away).
+    pub async fn guaranteed_update<F>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        precondition: Option<Revision>,
+        dry_run: bool,
+        mut update: F,
+    ) -> Result<(S::Object, bool), ApiError>
+    where
+        F: FnMut(S::Object) -> Result<S::Object, ApiError>,
+    {
+        let key = self.key(ns, name);
+        loop {
+            let kv = match self.store.get(&key).await {
+                Ok(Some(kv)) => kv,
+                Ok(None) => return Err(ApiError::not_found(self.target(name))),
+                Err(e) => return Err(self.store_error(name, e)),
+            };
+            if precondition.is_some_and(|rv| rv != kv.mod_revision) {
+                return Err(ApiError::stale(self.target(name)));
+            }
+            let current = self.decode(&kv)?;
+            let mut new = update(current.clone())?;
+            let value = self.encode(&new)?;
+            if value == kv.value {
+                return Ok((current, false));
+            }
+            let meta = self.strategy.meta(&new);
+            let finalize = meta.deletion_timestamp.is_some()
+                && meta.finalizers.as_ref().is_none_or(|f| f.is_empty())
+                && meta.deletion_grace_period_seconds.unwrap_or(0) == 0
+                && self.strategy.finalized(&new);
+            if dry_run {
+                return Ok((new, finalize));
+            }
+            if finalize {
+                match self.store.delete(&key, Some(kv.mod_revision)).await {
+                    Ok((_, rev)) => {
+                        self.strategy.meta_mut(&mut new).resource_version = Some(rev.to_string());
+                        return Ok((new, true));
+                    }
+                    Err(StoreError::Conflict { .. }) if precondition.is_none() => continue,
+                    Err(StoreError::NotFound(_)) => {
+                        return Err(ApiError::not_found(self.target(name)));
+                    }
+                    Err(e) => return Err(self.store_error(name, e)),
+                }
+            }
+            match self.store.update(&key, value, kv.mod_revision).await {
+                Ok(stored) => {
+                    self.strategy.meta_mut(&mut new).resource_version =
+                        Some(stored.mod_revision.to_string());
+                    return Ok((new, false));
+                }
+                Err(StoreError::Conflict { .. }) if precondition.is_none() => continue,
+                Err(StoreError::NotFound(_)) => return Err(ApiError::not_found(self.target(name))),
+                Err(e) => return Err(self.store_error(name, e)),
+            }
+        }
+    }
+
+    /// PUT of a whole object (or its status). Returns the object and whether it was created.
+    pub async fn update(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        mut body: S::Object,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<(S::Object, bool), ApiError> {
+        self.reconcile_namespace(&mut body, ns)?;
+        let meta = self.strategy.meta(&body);
+        if meta.name.as_deref() != Some(name) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                meta.name.clone().unwrap_or_default()
+            )));
+        }
+        let precondition = match meta.resource_version.as_deref().filter(|rv| !rv.is_empty()) {
+            Some(rv) => Some(parse_rv(rv)?),
+            None if !self.strategy.allow_unconditional_update() => {
+                let info = self.strategy.info();
+                let err = FieldError::new(
+                    minik8s_api::validation::ErrorKind::Invalid,
+                    &Path::new("metadata").child("resourceVersion"),
+                    Some("0x0".into()),
+                    "must be specified for an update",
+                );
+                return Err(ApiError::invalid(&info.plural, &info.group, name, &[err]));
+            }
+            None => None,
+        };
+        let result = self
+            .guaranteed_update(ns, name, precondition, dry_run, |current| {
+                let mut new = body.clone();
+                self.before_update(&mut new, &current, part)?;
+                Ok(new)
+            })
+            .await;
+        match result {
+            Err(e)
+                if e.code == 404
+                    && part == Part::Main
+                    && self.strategy.allow_create_on_update() =>
+            {
+                let mut body = body;
+                self.strategy.meta_mut(&mut body).resource_version = None;
+                Ok((self.create(ns, body, dry_run).await?, true))
+            }
+            Err(e) => Err(e),
+            Ok((obj, _)) => Ok((obj, false)),
+        }
+    }
+
+    /// PATCH: `apply` turns the current object's JSON into the patched JSON.
+    pub async fn patch<F>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        part: Part,
+        dry_run: bool,
+        apply: F,
+    ) -> Result<S::Object, ApiError>
+    where
+        F: Fn(serde_json::Value) -> Result<serde_json::Value, ApiError>,
+    {
+        let (obj, _) = self
+            .guaranteed_update(ns, name, None, dry_run, |current| {
+                let current_rv = self.strategy.meta(&current).resource_version.clone();
+                let json = serde_json::to_value(&current).map_err(ApiError::internal)?;
+                let patched = apply(json)?;
+                let mut new: S::Object = serde_json::from_value(patched).map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "the patched object is not a valid {}: {e}",
+                        self.strategy.info().kind
+                    ))
+                })?;
+                let meta = self.strategy.meta_mut(&mut new);
+                if let Some(rv) = meta.resource_version.as_deref().filter(|rv| !rv.is_empty())
+                    && Some(rv) != current_rv.as_deref()
+                {
+                    return Err(ApiError::stale(self.target(name)));
+                }
+                self.before_update(&mut new, &current, part)?;
+                Ok(new)
+            })
+            .await?;
+        Ok(obj)
+    }
+
+    pub async fn delete(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> Result<Deleted<S::Object>, ApiError> {
+        let key = self.key(ns, name);
+        if let Some(p) = &opts.propagation_policy
+            && !matches!(p.as_str(), "Foreground" | "Background" | "Orphan")
+        {
+            let err = FieldError::not_supported(
+                &Path::new("propagationPolicy"),
+                p,
+                &["Foreground", "Background", "Orphan", "nil"],
+            );
+            return Err(ApiError::invalid(
+                "DeleteOptions",
+                "meta.k8s.io",
+                "",
+                &[err],
+            ));
+        }
+        loop {
+            let kv = match self.store.get(&key).await {
+                Ok(Some(kv)) => kv,
+                Ok(None) => return Err(ApiError::not_found(self.target(name))),
+                Err(e) => return Err(self.store_error(name, e)),
+            };
+            let current = self.decode(&kv)?;
+            let meta = self.strategy.meta(&current).clone();
+            self.check_preconditions(&meta, opts.preconditions.as_ref(), name)?;
+            if let Some(why) = self.strategy.deletion_forbidden(&current) {
+                return Err(ApiError::forbidden(self.target(name), why));
+            }
+            let pending = meta.deletion_timestamp.is_some();
+            let mut new = current.clone();
+            // Propagation finalizers are settled on the first delete only.
+            if !pending {
+                let policy = opts.propagation_policy.as_deref().or_else(|| {
+                    let f = meta.finalizers.as_deref().unwrap_or_default();
+                    if f.iter().any(|f| f == "orphan") {
+                        Some("Orphan")
+                    } else if f.iter().any(|f| f == "foregroundDeletion") {
+                        Some("Foreground")
+                    } else if self.strategy.orphan_by_default() {
+                        Some("Orphan")
+                    } else {
+                        None
+                    }
+                });
+                let finalizers = self
+                    .strategy
+                    .meta_mut(&mut new)
+                    .finalizers
+                    .get_or_insert_with(Vec::new);
+                let mut set = |name: &str, on: bool| {
+                    let has = finalizers.iter().any(|f| f == name);
+                    if on && !has {
+                        finalizers.push(name.to_string());
+                    } else if !on && has {
+                        finalizers.retain(|f| f != name);
+                    }
+                };
+                match policy {
+                    Some("Orphan") => {
+                        set("orphan", true);
+                        set("foregroundDeletion", false);
+                    }
+                    Some("Foreground") => {
+                        set("foregroundDeletion", true);
+                        set("orphan", false);
+                    }
+                    Some("Background") => {
+                        set("orphan", false);
+                        set("foregroundDeletion", false);
+                    }
+                    _ => {}
+                }
+                if finalizers.is_empty() {
+                    self.strategy.meta_mut(&mut new).finalizers = None;
+                }
+            }
+            let grace = match self.strategy.default_grace_period(&current) {
+                Some(default) => {
+                    let g = opts.grace_period_seconds.unwrap_or(default);
+                    if g < 0 { 1 } else { g }
+                }
+                None => 0,
+            };
+            let stays = self.strategy.begin_delete(&mut new);
+            let has_finalizers = self
+                .strategy
+                .meta(&new)
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| !f.is_empty());
+            let now = meta::now();
+            let action = if pending {
+                let existing = meta.deletion_grace_period_seconds.unwrap_or(0);
+                if grace < existing {
+                    // A shorter grace period brings the deadline forward.
+                    let m = self.strategy.meta_mut(&mut new);
+                    m.deletion_timestamp = Some(after_seconds(&now, grace));
+                    m.deletion_grace_period_seconds = Some(grace);
+                    if grace == 0 && !has_finalizers && !stays {
+                        Action::Remove
+                    } else {
+                        Action::Update
+                    }
+                } else if existing == 0
+                    && !has_finalizers
+                    && !stays
+                    && self.strategy.finalized(&new)
+                {
+                    Action::Remove
+                } else {
+                    Action::Keep
+                }
+            } else if grace > 0 || has_finalizers || stays {
+                let m = self.strategy.meta_mut(&mut new);
+                m.deletion_timestamp = Some(after_seconds(&now, grace));
+                m.deletion_grace_period_seconds = Some(grace);
+                if let Some(g) = m.generation.filter(|g| *g > 0) {
+                    m.generation = Some(g + 1);
+                }
+                Action::Update
+            } else {
+                Action::Remove
+            };
+            match action {
+                Action::Keep => return Ok(Deleted::Pending(current)),
+                Action::Update => {
+                    if opts.dry_run {
+                        return Ok(Deleted::Pending(new));
+                    }
+                    let value = self.encode(&new)?;
+                    match self.store.update(&key, value, kv.mod_revision).await {
+                        Ok(stored) => {
+                            self.strategy.meta_mut(&mut new).resource_version =
+                                Some(stored.mod_revision.to_string());
+                            return Ok(Deleted::Pending(new));
+                        }
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(StoreError::NotFound(_)) => {
+                            return Err(ApiError::not_found(self.target(name)));
+                        }
+                        Err(e) => return Err(self.store_error(name, e)),
+                    }
+                }
+                Action::Remove => {
+                    if opts.dry_run {
+                        return Ok(Deleted::Gone(current));
+                    }
+                    match self.store.delete(&key, Some(kv.mod_revision)).await {
+                        Ok(_) => return Ok(Deleted::Gone(current)),
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(StoreError::NotFound(_)) => {
+                            return Err(ApiError::not_found(self.target(name)));
+                        }
+                        Err(e) => return Err(self.store_error(name, e)),
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_preconditions(
+        &self,
+        meta: &ObjectMeta,
+        pre: Option<&Preconditions>,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let Some(pre) = pre else { return Ok(()) };
+        let info = self.strategy.info();
+        let kind_target = Target {
+            group: &info.group,
+            resource: &info.kind,
+            name,
+        };
+        if let Some(uid) = pre.uid.as_deref()
+            && Some(uid) != meta.uid.as_deref()
+        {
+            let mut e = ApiError::conflict(
+                kind_target,
+                &format!(
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                    meta.uid.clone().unwrap_or_default()
+                ),
+            );
+            if let Some(d) = e.details.as_mut() {
+                d.kind = Some(info.kind.clone());
+            }
+            return Err(e);
+        }
+        if let Some(rv) = pre.resource_version.as_deref()
+            && Some(rv) != meta.resource_version.as_deref()
+        {
+            return Err(ApiError::conflict(
+                kind_target,
+                &format!(
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                    meta.resource_version.clone().unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Watch as upstream: optional replay of the current state, then every change, with
+    /// selector transitions turned into ADDED/DELETED.
+    pub async fn watch(
+        self: &Arc<Self>,
+        ns: Option<&str>,
+        q: WatchQuery,
+    ) -> Result<mpsc::Receiver<WatchEvent<S::Object>>, ApiError> {
+        self.check_fields(&q.fields)?;
+        let rv_match = q
+            .resource_version_match
+            .as_deref()
+            .filter(|m| !m.is_empty());
+        if q.send_initial_events.is_some() && rv_match != Some("NotOlderThan") {
+            return Err(invalid_options(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if let Some(m) = rv_match {
+            if q.send_initial_events.is_none() {
+                return Err(invalid_options(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if m != "NotOlderThan" {
+                let err = FieldError::not_supported(
+                    &Path::new("resourceVersionMatch"),
+                    m,
+                    &["NotOlderThan"],
+                );
+                return Err(ApiError::invalid("ListOptions", "meta.k8s.io", "", &[err]));
+            }
+        }
+        let rv = q
+            .resource_version
+            .as_deref()
+            .filter(|rv| !rv.is_empty() && *rv != "0");
+        // In 1.32 a watch from "" or "0" replays the current state first (WatchList default).
+        let replay = q.send_initial_events.unwrap_or(rv.is_none());
+        let mut initial = Vec::new();
+        let start = if replay {
+            if let Some(rv) = rv {
+                self.wait_for_revision(parse_rv(rv)?).await?;
+            }
+            let list = self
+                .list(
+                    ns,
+                    &ListQuery {
+                        labels: q.labels.clone(),
+                        fields: q.fields.clone(),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            initial = list.items;
+            list.resource_version
+        } else {
+            match rv {
+                Some(rv) => parse_rv(rv)?,
+                None => self
+                    .store
+                    .current_revision()
+                    .await
+                    .map_err(|e| self.store_error("", e))?,
+            }
+        };
+        let (tx, rx) = mpsc::channel(256);
+        let stream = match self.store.watch(&self.prefix(ns), start).await {
+            Ok(s) => s,
+            Err(StoreError::Compacted {
+                requested,
+                compacted,
+            }) => {
+                let _ = tx.try_send(WatchEvent::Error(ApiError::expired(format!(
+                    "too old resource version: {requested} ({compacted})"
+                ))));
+                return Ok(rx);
+            }
+            Err(StoreError::FutureRevision { requested, current }) => {
+                return Err(ApiError::too_large_resource_version(requested, current));
+            }
+            Err(e) => return Err(self.store_error("", e)),
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            for obj in initial {
+                if tx.send(WatchEvent::Added(obj)).await.is_err() {
+                    return;
+                }
+            }
+            if replay && q.allow_bookmarks {
+                let end = WatchEvent::Bookmark {
+                    resource_version: start,
+                    initial_events_end: true,
+                };
+                if tx.send(end).await.is_err() {
+                    return;
+                }
+            }
+            this.feed(stream, q, tx).await;
+        });
+        Ok(rx)
+    }
+
+    async fn feed(
+        &self,
+        mut stream: crate::storage::WatchStream,
+        q: WatchQuery,
+        tx: mpsc::Sender<WatchEvent<S::Object>>,
+    ) {
+        let mut last_bookmark = Instant::now();
+        let filtering = !q.labels.is_empty() || !q.fields.is_empty();
+        loop {
+            let item = tokio::select! {
+                item = stream.next() => item,
+                _ = tx.closed() => return,
+            };
+            let event = match item {
+                None => return,
+                Some(Err(StoreError::Compacted {
+                    requested,
+                    compacted,
+                })) => WatchEvent::Error(ApiError::expired(format!(
+                    "too old resource version: {requested} ({compacted})"
+                ))),
+                Some(Err(e)) => WatchEvent::Error(self.store_error("", e)),
+                Some(Ok(Event::Progress(rev))) => {
+                    if !q.allow_bookmarks || last_bookmark.elapsed() < q.bookmark_interval {
+                        continue;
+                    }
+                    last_bookmark = Instant::now();
+                    WatchEvent::Bookmark {
+                        resource_version: rev,
+                        initial_events_end: false,
+                    }
+                }
+                Some(Ok(Event::Put { kv, prev })) => {
+                    let obj = match self.decode(&kv) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            let _ = tx.send(WatchEvent::Error(e)).await;
+                            return;
+                        }
+                    };
+                    let now_matches = !filtering || self.matches(&obj, &q.labels, &q.fields);
+                    let was_matching = match &prev {
+                        None => false,
+                        Some(p) if filtering => self
+                            .decode(p)
+                            .map(|o| self.matches(&o, &q.labels, &q.fields))
+                            .unwrap_or(false),
+                        Some(_) => true,
+                    };
+                    match (was_matching, now_matches) {
+                        (false, true) => WatchEvent::Added(obj),
+                        (true, true) => WatchEvent::Modified(obj),
+                        (true, false) => {
+                            // Leaving the selection looks like a delete of the old state.
+                            let mut old = match prev.as_ref().map(|p| self.decode(p)) {
+                                Some(Ok(o)) => o,
+                                _ => continue,
+                            };
+                            self.strategy.meta_mut(&mut old).resource_version =
+                                Some(kv.mod_revision.to_string());
+                            WatchEvent::Deleted(old)
+                        }
+                        (false, false) => continue,
+                    }
+                }
+                Some(Ok(Event::Delete { prev, revision })) => {
+                    let mut obj = match self.decode(&prev) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            let _ = tx.send(WatchEvent::Error(e)).await;
+                            return;
+                        }
+                    };
+                    if filtering && !self.matches(&obj, &q.labels, &q.fields) {
+                        continue;
+                    }
+                    self.strategy.meta_mut(&mut obj).resource_version = Some(revision.to_string());
+                    WatchEvent::Deleted(obj)
+                }
+            };
+            let is_error = matches!(event, WatchEvent::Error(_));
+            if tx.send(event).await.is_err() || is_error {
+                return;
+            }
+        }
+    }
+
+    /// The current state as objects, for DELETE of a collection.
+    pub async fn delete_collection(
+        &self,
+        ns: Option<&str>,
+        q: &ListQuery,
+        opts: &DeleteOpts,
+    ) -> Result<ListOutput<S::Object>, ApiError> {
+        let list = self.list(ns, q).await?;
+        for obj in &list.items {
+            let meta = self.strategy.meta(obj);
+            let name = meta.name.clone().unwrap_or_default();
+            match self.delete(meta.namespace.as_deref(), &name, opts).await {
+                Ok(_) => {}
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(ListOutput {
+            items: list.items,
+            resource_version: list.resource_version,
+            continue_token: None,
+            remaining: None,
+        })
+    }
+}
+
+enum Action {
+    Keep,
+    Update,
+    Remove,
+}
+
+fn after_seconds(now: &Time, seconds: i64) -> Time {
+    Time(
+        now.0
+            .checked_add(jiff::SignedDuration::from_secs(seconds))
+            .unwrap_or(now.0),
+    )
+}

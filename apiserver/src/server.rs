@@ -1,0 +1,347 @@
+//! The API server as a value: its store, its served resources and its settings, and how it
+//! starts (store, certificates, default namespaces, compaction) and serves HTTPS.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::Namespace;
+use minik8s_api::ResourceInfo;
+use minik8s_api::strategy::BuiltIn;
+
+use crate::auth::Authenticator;
+use crate::builtin;
+use crate::handlers::resource::{Endpoint, ServeOptions};
+use crate::metrics::Metrics;
+use crate::pki::{Pki, PkiError, ServingNames};
+use crate::registry::generic::GenericRegistry;
+use crate::storage::{DynStore, EtcdStore, SqliteOptions, SqliteStore, StoreError};
+
+/// What `/version` reports: Kubernetes 1.32, so the kubectl dispatcher picks kubectl 1.32.
+pub fn version_info() -> k8s_openapi::apimachinery::pkg::version::Info {
+    k8s_openapi::apimachinery::pkg::version::Info {
+        major: "1".into(),
+        minor: "32".into(),
+        git_version: "v1.32.4+minik8s".into(),
+        git_commit: env!("CARGO_PKG_VERSION").into(),
+        git_tree_state: "clean".into(),
+        build_date: "2026-01-01T00:00:00Z".into(),
+        go_version: "rust".into(),
+        compiler: "rustc".into(),
+        platform: format!(
+            "{}/{}",
+            std::env::consts::OS,
+            if std::env::consts::ARCH == "x86_64" {
+                "amd64"
+            } else {
+                std::env::consts::ARCH
+            }
+        ),
+        ..Default::default()
+    }
+}
+
+/// The served resources and what they need, shared by every request.
+pub struct ApiServer {
+    pub store: DynStore,
+    pub metrics: Arc<Metrics>,
+    pub auth: Arc<Authenticator>,
+    pub options: ServeOptions,
+    /// `host:port` clients are told to use (discovery's serverAddressByClientCIDRs).
+    pub address: String,
+    endpoints: RwLock<BTreeMap<(String, String, String), Arc<dyn Endpoint>>>,
+}
+
+impl ApiServer {
+    /// A server over `store` serving every built-in resource.
+    pub fn new(
+        store: DynStore,
+        metrics: Arc<Metrics>,
+        auth: Authenticator,
+        options: ServeOptions,
+        address: String,
+    ) -> Arc<Self> {
+        let server = Arc::new(ApiServer {
+            store,
+            metrics,
+            auth: Arc::new(auth),
+            options,
+            address,
+            endpoints: RwLock::new(BTreeMap::new()),
+        });
+        builtin::register(&server);
+        server
+    }
+
+    pub fn register(&self, endpoint: Arc<dyn Endpoint>) {
+        let info = endpoint.info();
+        let key = (
+            info.group.clone(),
+            info.version.clone(),
+            info.plural.clone(),
+        );
+        self.endpoints
+            .write()
+            .expect("endpoints lock")
+            .insert(key, endpoint);
+    }
+
+    pub fn endpoint(&self, group: &str, version: &str, plural: &str) -> Option<Arc<dyn Endpoint>> {
+        let key = (group.to_string(), version.to_string(), plural.to_string());
+        self.endpoints
+            .read()
+            .expect("endpoints lock")
+            .get(&key)
+            .cloned()
+    }
+
+    pub fn resources(&self) -> Vec<ResourceInfo> {
+        self.endpoints
+            .read()
+            .expect("endpoints lock")
+            .values()
+            .map(|e| e.info().clone())
+            .collect()
+    }
+
+    /// Creates the namespaces every cluster has, if missing.
+    pub async fn bootstrap(&self) -> Result<(), minik8s_api::ApiError> {
+        let info = minik8s_api::registry::built_in()
+            .into_iter()
+            .find(|r| r.plural == "namespaces")
+            .expect("namespaces");
+        let reg = GenericRegistry::new(BuiltIn::<Namespace>::new(info), self.store.clone());
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let ns = Namespace {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            match reg.create(None, ns, false).await {
+                Ok(_) => tracing::info!(namespace = name, "created namespace"),
+                Err(e) if e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Compacts the store every `interval` to the revision seen one interval earlier, as the
+/// upstream API server does for etcd. Failures are logged, counted and retried next time.
+pub async fn run_compactor(store: DynStore, metrics: Arc<Metrics>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.tick().await;
+    let mut previous: Option<i64> = None;
+    loop {
+        ticker.tick().await;
+        let current = match store.current_revision().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "compaction: reading the current revision failed");
+                metrics.store.compaction_failures.inc();
+                continue;
+            }
+        };
+        if let Some(target) = previous.filter(|p| *p > 0) {
+            let started = std::time::Instant::now();
+            match store.compact(target).await {
+                Ok(()) => tracing::info!(
+                    revision = target,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "compacted"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, revision = target, "compaction failed; will retry");
+                    metrics.store.compaction_failures.inc();
+                    // Keep the older target so the next tick retries it.
+                    continue;
+                }
+            }
+        }
+        previous = Some(current);
+    }
+}
+
+/// Settings of a server process, named as upstream's flags.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub bind_address: IpAddr,
+    pub secure_port: u16,
+    pub advertise_address: Option<IpAddr>,
+    pub etcd_servers: Vec<String>,
+    pub token_auth_file: Option<PathBuf>,
+    pub service_cluster_ip_range: String,
+    pub compaction_interval: Duration,
+    pub serve: ServeOptions,
+}
+
+impl Config {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Config {
+            data_dir: data_dir.into(),
+            bind_address: "0.0.0.0".parse().expect("address"),
+            secure_port: 6443,
+            advertise_address: None,
+            etcd_servers: Vec::new(),
+            token_auth_file: None,
+            service_cluster_ip_range: "10.96.0.0/12".into(),
+            compaction_interval: Duration::from_secs(300),
+            serve: ServeOptions::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("storage: {0}")]
+    Store(#[from] StoreError),
+    #[error("certificates: {0}")]
+    Pki(#[from] PkiError),
+    #[error("authentication: {0}")]
+    Auth(#[from] crate::auth::AuthError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("tls: {0}")]
+    Tls(String),
+    #[error("bootstrap: {0}")]
+    Bootstrap(minik8s_api::ApiError),
+    #[error("--service-cluster-ip-range {0:?} is not a valid CIDR")]
+    ServiceRange(String),
+}
+
+/// The first address of a CIDR (the `kubernetes` service IP).
+pub fn first_service_ip(cidr: &str) -> Option<IpAddr> {
+    let (ip, bits) = cidr.split_once('/')?;
+    let ip: IpAddr = ip.parse().ok()?;
+    let bits: u32 = bits.parse().ok()?;
+    match ip {
+        IpAddr::V4(v4) if bits <= 32 => {
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits)
+            };
+            Some(IpAddr::V4((u32::from(v4) & mask).wrapping_add(1).into()))
+        }
+        IpAddr::V6(v6) if bits <= 128 => {
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits)
+            };
+            Some(IpAddr::V6((u128::from(v6) & mask).wrapping_add(1).into()))
+        }
+        _ => None,
+    }
+}
+
+/// Addresses of this machine's interfaces, for the serving certificate.
+fn local_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    if let Ok(text) = std::fs::read_to_string("/proc/net/fib_trie") {
+        // "|-- a.b.c.d" lines followed by "/32 host LOCAL" name the local IPv4 addresses.
+        let lines: Vec<&str> = text.lines().collect();
+        for w in lines.windows(2) {
+            if w[1].contains("/32 host LOCAL")
+                && let Some(ip) = w[0]
+                    .trim()
+                    .strip_prefix("|-- ")
+                    .and_then(|s| s.parse::<IpAddr>().ok())
+                && !out.contains(&ip)
+            {
+                out.push(ip);
+            }
+        }
+    }
+    out
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A kubeconfig for the admin: this server, the cluster CA and the admin client certificate.
+pub fn admin_kubeconfig(server_url: &str, ca_pem: &str, cert_pem: &str, key_pem: &str) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: minik8s\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {}\ncontexts:\n- name: minik8s\n  context:\n    cluster: minik8s\n    user: minik8s-admin\n    namespace: default\ncurrent-context: minik8s\nusers:\n- name: minik8s-admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\npreferences: {{}}\n",
+        b64(ca_pem),
+        b64(cert_pem),
+        b64(key_pem)
+    )
+}
+
+/// A prepared server: store opened, certificates ready, defaults created, not yet listening.
+pub struct Prepared {
+    pub server: Arc<ApiServer>,
+    pub pki: Pki,
+    pub config: Config,
+}
+
+pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
+    let io = |context: String| move |source| ServerError::Io { context, source };
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(io(format!("creating {}", config.data_dir.display())))?;
+    let metrics = Arc::new(Metrics::new());
+    let store: DynStore = if config.etcd_servers.is_empty() {
+        let path = config.data_dir.join("db").join("state.db");
+        Arc::new(SqliteStore::open(
+            SqliteOptions::new(path),
+            metrics.store.clone(),
+        )?)
+    } else {
+        Arc::new(EtcdStore::connect(&config.etcd_servers, metrics.store.clone()).await?)
+    };
+    let service_ip = first_service_ip(&config.service_cluster_ip_range)
+        .ok_or_else(|| ServerError::ServiceRange(config.service_cluster_ip_range.clone()))?;
+    let mut addresses = local_addresses();
+    addresses.extend(config.advertise_address);
+    if !config.bind_address.is_unspecified() {
+        addresses.push(config.bind_address);
+    }
+    let names = ServingNames::standard(&hostname(), &addresses, Some(service_ip));
+    let pki = Pki::ensure(&config.data_dir.join("pki"), &names)?;
+    let admin = pki.client("admin", "minik8s-admin", &["system:masters"])?;
+    let local_url = format!("https://127.0.0.1:{}", config.secure_port);
+    let kubeconfig = admin_kubeconfig(
+        &local_url,
+        &pki.ca.cert_pem,
+        &admin.cert_pem,
+        &admin.key_pem,
+    );
+    let kubeconfig_path = config.data_dir.join("admin.kubeconfig");
+    std::fs::write(&kubeconfig_path, kubeconfig)
+        .map_err(io(format!("writing {}", kubeconfig_path.display())))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&kubeconfig_path, std::fs::Permissions::from_mode(0o600));
+    }
+    let auth = match &config.token_auth_file {
+        Some(path) => Authenticator::from_token_file(path)?,
+        None => Authenticator::new(),
+    };
+    let advertised = config
+        .advertise_address
+        .or(addresses.first().copied())
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    let address = SocketAddr::new(advertised, config.secure_port).to_string();
+    let server = ApiServer::new(store, metrics, auth, config.serve.clone(), address);
+    server.bootstrap().await.map_err(ServerError::Bootstrap)?;
+    Ok(Prepared {
+        server,
+        pki,
+        config,
+    })
+}

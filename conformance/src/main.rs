@@ -1,0 +1,2 @@
+//! Placeholder until the suite lands in this issue.
+fn main() {}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Stops the cluster started by hack/up.sh and keeps its data; --purge deletes the data too.
+source "$(dirname "$0")/lib.sh"
+
+purge=0
+[[ "${1:-}" == "--purge" ]] && purge=1
+
+if [[ -f "$DATA_DIR/server.pid" ]]; then
+  pid="$(cat "$DATA_DIR/server.pid")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$DATA_DIR/server.pid"
+  log "stopped"
+fi
+if ((purge)); then
+  rm -rf "$DATA_DIR"
+  kubectl config delete-context minik8s >/dev/null 2>&1 || true
+  kubectl config delete-cluster minik8s >/dev/null 2>&1 || true
+  kubectl config delete-user minik8s-admin >/dev/null 2>&1 || true
+  log "purged $DATA_DIR"
+fi

@@ -1,0 +1,32 @@
+# Shared helpers for hack/ scripts. Source it; it sets strict mode.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DATA_DIR="${MINIK8S_DATA_DIR:-/var/lib/minik8s}"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# Installs the Debian packages minik8s needs, only those missing.
+install_packages() {
+  local want=(protobuf-compiler etcd-server etcd-client iptables curl ca-certificates)
+  local missing=()
+  for p in "${want[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q || true
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+}
+
+# Waits until a command succeeds, up to $1 seconds.
+wait_for() {
+  local timeout="$1"; shift
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then return 1; fi
+    sleep 0.2
+  done
+}

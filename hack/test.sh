@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Every test: unit and integration tests of the workspace (they start their own etcd and
+# servers), then the conformance suite against a fresh cluster from hack/up.sh.
+source "$(dirname "$0")/lib.sh"
+
+install_packages
+cd "$REPO_ROOT"
+log "cargo test"
+cargo test --release --workspace --all-targets
+log "conformance against a fresh cluster"
+export MINIK8S_DATA_DIR="$(mktemp -d /tmp/minik8s-conformance.XXXXXX)"
+export MINIK8S_PORT="${MINIK8S_CONFORMANCE_PORT:-16443}"
+export MINIK8S_MERGE_KUBECONFIG="$MINIK8S_DATA_DIR/kubeconfig"
+trap '"$REPO_ROOT/hack/down.sh" >/dev/null 2>&1; rm -rf "$MINIK8S_DATA_DIR"' EXIT
+"$REPO_ROOT/hack/up.sh"
+"$REPO_ROOT/hack/conformance.sh"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Brings up an all-in-one minik8s cluster in the background and points kubectl at it.
+# Data lives in $MINIK8S_DATA_DIR (default /var/lib/minik8s); running it again restarts the
+# cluster on the same data.
+source "$(dirname "$0")/lib.sh"
+
+PORT="${MINIK8S_PORT:-6443}"
+install_packages
+log "building minik8s (release)"
+cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p minik8s
+BIN="$REPO_ROOT/target/release/minik8s"
+
+mkdir -p "$DATA_DIR"
+if [[ -f "$DATA_DIR/server.pid" ]] && kill -0 "$(cat "$DATA_DIR/server.pid")" 2>/dev/null; then
+  log "stopping the running server first"
+  "$REPO_ROOT/hack/down.sh"
+fi
+
+log "starting the server (logs in $DATA_DIR/server.log)"
+nohup "$BIN" server --data-dir "$DATA_DIR" --secure-port "$PORT" >>"$DATA_DIR/server.log" 2>&1 &
+echo $! >"$DATA_DIR/server.pid"
+
+KCFG="$DATA_DIR/admin.kubeconfig"
+if ! wait_for 60 curl -skf "https://127.0.0.1:$PORT/readyz"; then
+  log "the server did not become ready; last log lines:"
+  tail -n 30 "$DATA_DIR/server.log" >&2
+  exit 1
+fi
+
+# Merge the admin context into ~/.kube/config (or $MINIK8S_MERGE_KUBECONFIG) and make it current.
+TARGET="${MINIK8S_MERGE_KUBECONFIG:-$HOME/.kube/config}"
+mkdir -p "$(dirname "$TARGET")"
+touch "$TARGET"
+merged="$(mktemp)"
+KUBECONFIG="$KCFG:$TARGET" kubectl config view --flatten >"$merged"
+install -m 600 "$merged" "$TARGET"
+rm -f "$merged"
+KUBECONFIG="$TARGET" kubectl config use-context minik8s >/dev/null
+log "cluster is up"
+KUBECONFIG="$TARGET" kubectl get ns

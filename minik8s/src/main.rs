@@ -1,0 +1,145 @@
+//! One binary for every minik8s component. `server` runs the control plane on this machine
+//! (today the API server; later issues add controllers, scheduler and agent to it).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use minik8s_apiserver::handlers::resource::ServeOptions;
+
+#[derive(Parser)]
+#[command(
+    name = "minik8s",
+    version,
+    about = "A small Kubernetes-compatible cluster"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the control plane of an all-in-one cluster.
+    Server(ServerArgs),
+    /// Run the API server alone.
+    Apiserver(ServerArgs),
+}
+
+/// Flags named as kube-apiserver names them.
+#[derive(Args, Clone)]
+struct ServerArgs {
+    /// Where the store, certificates and admin kubeconfig live.
+    #[arg(long, env = "MINIK8S_DATA_DIR", default_value = "/var/lib/minik8s")]
+    data_dir: PathBuf,
+    #[arg(long, default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+    #[arg(long)]
+    advertise_address: Option<IpAddr>,
+    /// etcd endpoints (comma separated); without them the embedded store is used.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// CSV of `token,user,uid,"group1,group2"` for bearer-token authentication.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: String,
+    /// How often history older than one interval is compacted away.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    etcd_compaction_interval: Duration,
+    /// Watches without timeoutSeconds last between this and twice this.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    min_request_timeout: Duration,
+    /// How often idle watches get a BOOKMARK when they asked for bookmarks.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    watch_bookmark_interval: Duration,
+}
+
+/// `300ms`, `10s`, `5m`, `1h`, or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?} (use ms, s, m or h)"
+            ));
+        }
+    })
+}
+
+impl ServerArgs {
+    fn config(&self) -> minik8s_apiserver::Config {
+        let mut c = minik8s_apiserver::Config::new(&self.data_dir);
+        c.bind_address = self.bind_address;
+        c.secure_port = self.secure_port;
+        c.advertise_address = self.advertise_address;
+        c.etcd_servers = self.etcd_servers.clone();
+        c.token_auth_file = self.token_auth_file.clone();
+        c.service_cluster_ip_range = self.service_cluster_ip_range.clone();
+        c.compaction_interval = self.etcd_compaction_interval;
+        c.serve = ServeOptions {
+            bookmark_interval: self.watch_bookmark_interval,
+            min_request_timeout: self.min_request_timeout,
+        };
+        c
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}
+
+async fn run_apiserver(args: ServerArgs) -> anyhow::Result<()> {
+    let config = args.config();
+    let addr = std::net::SocketAddr::new(config.bind_address, config.secure_port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    let prepared = minik8s_apiserver::prepare(config)
+        .await
+        .context("starting the API server")?;
+    let tls = minik8s_apiserver::serve::tls_config(&prepared.pki)?;
+    tokio::spawn(minik8s_apiserver::server::run_compactor(
+        prepared.server.store.clone(),
+        prepared.server.metrics.clone(),
+        prepared.config.compaction_interval,
+    ));
+    tracing::info!(%addr, data_dir = %prepared.config.data_dir.display(), "serving");
+    let app = minik8s_apiserver::router(prepared.server.clone());
+    minik8s_apiserver::serve::serve_tls(listener, tls, app, shutdown_signal()).await?;
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Server(args) | Command::Apiserver(args) => run_apiserver(args).await,
+        }
+    })
+}
