@@ -15,7 +15,7 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    pub details: Option<StatusDetails>,
+    pub details: Option<Box<StatusDetails>>,
 }
 
 /// What a Status says about the object: its name and `resource[.group]`.
@@ -57,7 +57,7 @@ impl ApiError {
     }
 
     fn with_details(mut self, details: StatusDetails) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -255,7 +255,7 @@ impl ApiError {
             status: Some("Failure".into()),
             message: Some(self.message.clone()),
             reason: Some(self.reason.to_string()),
-            details: self.details.clone(),
+            details: self.details.as_deref().cloned(),
             code: Some(self.code as i32),
             metadata: ListMeta::default(),
         }

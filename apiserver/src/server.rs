@@ -44,6 +44,9 @@ pub fn version_info() -> k8s_openapi::apimachinery::pkg::version::Info {
     }
 }
 
+/// Served resources by (group, version, plural).
+type Endpoints = BTreeMap<(String, String, String), Arc<dyn Endpoint>>;
+
 /// The served resources and what they need, shared by every request.
 pub struct ApiServer {
     pub store: DynStore,
@@ -52,7 +55,7 @@ pub struct ApiServer {
     pub options: ServeOptions,
     /// `host:port` clients are told to use (discovery's serverAddressByClientCIDRs).
     pub address: String,
-    endpoints: RwLock<BTreeMap<(String, String, String), Arc<dyn Endpoint>>>,
+    endpoints: RwLock<Endpoints>,
 }
 
 impl ApiServer {

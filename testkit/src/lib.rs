@@ -1,1 +1,342 @@
-//! Test helpers (dev-dependency only).
+//! Test helpers, used only as a dev-dependency: a private etcd on loopback ports of its own,
+//! API servers in-process (over a socket with TLS, or as a bare router), and waiting on
+//! conditions with a deadline instead of sleeping.
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use minik8s_apiserver::auth::{ClientCertIdentity, UserInfo};
+use minik8s_apiserver::handlers::resource::ServeOptions;
+use minik8s_apiserver::{ApiServer, Config};
+use tempfile::TempDir;
+use tower::ServiceExt;
+
+/// Logs from tests when `RUST_LOG` is set.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A free TCP port on loopback (bound and released; fine for tests on one machine).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Polls `check` until it returns `Some`, failing after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A private etcd (Debian's etcd-server) on loopback ports of its own; killed on drop.
+pub struct Etcd {
+    child: Child,
+    _dir: TempDir,
+    pub endpoint: String,
+}
+
+impl Etcd {
+    pub fn start() -> anyhow::Result<Etcd> {
+        let binary = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .context("etcd is not installed (apt-get install etcd-server)")?;
+        let dir = tempfile::tempdir()?;
+        let client = free_port();
+        let peer = free_port();
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let child = Command::new(binary)
+            .args([
+                "--name",
+                "test",
+                "--data-dir",
+                &dir.path().join("data").to_string_lossy(),
+                "--listen-client-urls",
+                &endpoint,
+                "--advertise-client-urls",
+                &endpoint,
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+                "--initial-cluster",
+                &format!("test=http://127.0.0.1:{peer}"),
+                "--log-level",
+                "error",
+            ])
+            .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting etcd")?;
+        let mut etcd = Etcd {
+            child,
+            _dir: dir,
+            endpoint,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", client)).is_ok() {
+                return Ok(etcd);
+            }
+            if let Some(status) = etcd.child.try_wait()? {
+                bail!("etcd exited at start: {status}");
+            }
+            if Instant::now() > deadline {
+                bail!("etcd did not start listening within 20s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Which store a test server uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Etcd,
+}
+
+/// Options of test servers that differ from production defaults.
+pub fn test_serve_options() -> ServeOptions {
+    ServeOptions {
+        bookmark_interval: Duration::from_millis(200),
+        min_request_timeout: Duration::from_secs(1800),
+    }
+}
+
+/// An API server running in this process on a loopback port, with TLS.
+pub struct TestServer {
+    pub server: Arc<ApiServer>,
+    pub addr: SocketAddr,
+    pub kubeconfig: PathBuf,
+    pub dir: TempDir,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    _etcd: Option<Etcd>,
+}
+
+impl TestServer {
+    pub async fn start(backend: Backend) -> anyhow::Result<TestServer> {
+        init_tracing();
+        let dir = tempfile::tempdir()?;
+        let etcd = match backend {
+            Backend::Etcd => Some(Etcd::start()?),
+            Backend::Sqlite => None,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let mut config = Config::new(dir.path());
+        config.bind_address = addr.ip();
+        config.secure_port = addr.port();
+        config.etcd_servers = etcd.iter().map(|e| e.endpoint.clone()).collect();
+        config.serve = test_serve_options();
+        let prepared = minik8s_apiserver::prepare(config).await?;
+        let tls = minik8s_apiserver::serve::tls_config(&prepared.pki)?;
+        let app = minik8s_apiserver::router(prepared.server.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(minik8s_apiserver::serve::serve_tls(
+            listener,
+            tls,
+            app,
+            async {
+                let _ = rx.await;
+            },
+        ));
+        Ok(TestServer {
+            server: prepared.server,
+            addr,
+            kubeconfig: dir.path().join("admin.kubeconfig"),
+            dir,
+            shutdown: Some(tx),
+            _etcd: etcd,
+        })
+    }
+
+    /// A kube-rs client for the admin, over TLS, from the written kubeconfig.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        kube_client(&self.kubeconfig).await
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A kube-rs client from a kubeconfig file.
+pub async fn kube_client(path: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// An API server without a socket: requests go straight to its router as the admin.
+pub struct InProcess {
+    pub server: Arc<ApiServer>,
+    pub router: axum::Router,
+    _dir: Option<TempDir>,
+    _etcd: Option<Etcd>,
+}
+
+/// The admin identity, as a verified client certificate would give it.
+pub fn admin() -> UserInfo {
+    UserInfo {
+        name: "minik8s-admin".into(),
+        uid: String::new(),
+        groups: vec!["system:masters".into()],
+    }
+}
+
+/// A parsed response.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "response is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+}
+
+impl InProcess {
+    pub async fn start(backend: Backend) -> anyhow::Result<InProcess> {
+        init_tracing();
+        let dir = tempfile::tempdir()?;
+        let etcd = match backend {
+            Backend::Etcd => Some(Etcd::start()?),
+            Backend::Sqlite => None,
+        };
+        let mut config = Config::new(dir.path());
+        config.etcd_servers = etcd.iter().map(|e| e.endpoint.clone()).collect();
+        config.serve = test_serve_options();
+        let prepared = minik8s_apiserver::prepare(config).await?;
+        let router = minik8s_apiserver::router(prepared.server.clone());
+        Ok(InProcess {
+            server: prepared.server,
+            router,
+            _dir: Some(dir),
+            _etcd: etcd,
+        })
+    }
+
+    /// Sends a request as the admin; `body` is sent as JSON unless `content_type` says otherwise.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> Reply {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(ct) = content_type {
+            req = req.header(http::header::CONTENT_TYPE, ct);
+        }
+        let mut req = req
+            .body(axum::body::Body::from(body.into()))
+            .expect("request");
+        req.extensions_mut().insert(ClientCertIdentity(admin()));
+        let resp = self
+            .router
+            .clone()
+            .oneshot(req)
+            .await
+            .expect("router is infallible");
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.call(Method::GET, path, None, Bytes::new()).await
+    }
+
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> Reply {
+        self.call(
+            Method::POST,
+            path,
+            Some("application/json"),
+            body.to_string(),
+        )
+        .await
+    }
+
+    pub async fn put(&self, path: &str, body: serde_json::Value) -> Reply {
+        self.call(
+            Method::PUT,
+            path,
+            Some("application/json"),
+            body.to_string(),
+        )
+        .await
+    }
+
+    pub async fn patch(&self, path: &str, patch_type: &str, body: serde_json::Value) -> Reply {
+        self.call(Method::PATCH, path, Some(patch_type), body.to_string())
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.call(Method::DELETE, path, None, Bytes::new()).await
+    }
+
+    /// A kube-rs client that talks to the router directly, as the admin.
+    pub fn client(&self) -> kube::Client {
+        let router = self.router.clone();
+        let service = tower::service_fn(move |mut req: Request<kube::client::Body>| {
+            req.extensions_mut().insert(ClientCertIdentity(admin()));
+            router.clone().oneshot(req.map(axum::body::Body::new))
+        });
+        kube::Client::new(service, "default")
+    }
+}

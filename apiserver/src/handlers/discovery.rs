@@ -74,9 +74,12 @@ fn resource_discovery(r: &ResourceInfo) -> APIResourceDiscovery {
     }
 }
 
+/// A group's versions, preferred first, each with its resources.
+type Versions<'a> = Vec<(String, Vec<&'a ResourceInfo>)>;
+
 /// Groups in discovery order, each with its versions (preferred first) and their resources.
-fn grouped(resources: &[ResourceInfo]) -> Vec<(String, Vec<(String, Vec<&ResourceInfo>)>)> {
-    let mut groups: Vec<(String, Vec<(String, Vec<&ResourceInfo>)>)> = Vec::new();
+fn grouped(resources: &[ResourceInfo]) -> Vec<(String, Versions<'_>)> {
+    let mut groups: Vec<(String, Versions<'_>)> = Vec::new();
     let order = group_order();
     let mut sorted: Vec<&ResourceInfo> = resources.iter().collect();
     sorted.sort_by_key(|r| {
@@ -155,7 +158,7 @@ pub fn core_versions(resources: &[ResourceInfo], headers: &HeaderMap, address: &
     json(StatusCode::OK, &value)
 }
 
-fn api_group(group: &str, versions: &[(String, Vec<&ResourceInfo>)]) -> APIGroup {
+fn api_group(group: &str, versions: &Versions<'_>) -> APIGroup {
     let gvs: Vec<GroupVersionForDiscovery> = versions
         .iter()
         .map(|(v, _)| GroupVersionForDiscovery {

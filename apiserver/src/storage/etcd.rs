@@ -260,7 +260,8 @@ impl Store for EtcdStore {
         let metrics = self.metrics.clone();
         metrics.watchers.inc();
         tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
+            let mut ticker =
+                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
             let mut reported = after;
             'feed: loop {
                 tokio::select! {

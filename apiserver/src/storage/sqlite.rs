@@ -617,8 +617,13 @@ impl Writer {
         match result {
             Ok(done) => {
                 {
+                    // Events at or below the floor are history nobody may watch from any more.
                     let mut state = self.shared.state.write().expect("state lock");
                     state.compacted = state.compacted.max(target);
+                    while state.window.front().is_some_and(|e| e.revision() <= target) {
+                        state.window.pop_front();
+                    }
+                    state.window_floor = state.window_floor.max(target);
                 }
                 if done {
                     let c = self.compaction.take().expect("compaction in progress");
@@ -693,6 +698,12 @@ fn answer_refused(refused: Vec<Refused>) {
     }
 }
 
+/// The end of a prefix range as TEXT: SQLite orders every TEXT before every BLOB, so the
+/// bound must be text for `name < ?` to mean anything.
+fn text_end(prefix: &str) -> String {
+    String::from_utf8_lossy(&prefix_end(prefix)).into_owned()
+}
+
 fn in_prefix(key: &str, prefix: &str) -> bool {
     key.starts_with(prefix)
 }
@@ -715,7 +726,7 @@ impl Shared {
             .clone()
             .map(|k| format!("{k}\0"))
             .unwrap_or_else(|| opts.prefix.clone());
-        let end = prefix_end(&opts.prefix);
+        let end = text_end(&opts.prefix);
         let limit = opts.limit.map(|l| l as i64).unwrap_or(-1);
         self.with_reader(|conn| {
             let tx = conn.transaction()?;
@@ -756,7 +767,7 @@ impl Shared {
         upto: Revision,
         max: usize,
     ) -> Result<(Vec<Event>, Revision)> {
-        let end = prefix_end(prefix);
+        let end = text_end(prefix);
         self.with_reader(|conn| {
             let tx = conn.transaction()?;
             let compacted = meta_get(&tx, "compacted")?;
@@ -907,7 +918,7 @@ impl Store for SqliteStore {
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
         {
             let state = self.shared.state.read().expect("state lock");
-            if after < state.compacted && after < state.window_floor {
+            if after < state.compacted {
                 return Err(StoreError::Compacted {
                     requested: after,
                     compacted: state.compacted,
