@@ -87,6 +87,14 @@ pub trait Kind:
     fn deletion_forbidden(&self) -> Option<&'static str> {
         None
     }
+    /// Decodes the stored form; kinds stored as another version convert here.
+    fn from_storage(bytes: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
+    /// Encodes the stored form.
+    fn to_storage(&self) -> Result<Vec<u8>, String> {
+        serde_json::to_vec(self).map_err(|e| e.to_string())
+    }
 }
 
 /// The per-resource behaviour the generic registry needs.
@@ -115,6 +123,8 @@ pub trait Strategy: Send + Sync + 'static {
     fn begin_delete(&self, obj: &mut Self::Object) -> bool;
     fn finalized(&self, obj: &Self::Object) -> bool;
     fn deletion_forbidden(&self, obj: &Self::Object) -> Option<&'static str>;
+    fn from_storage(&self, bytes: &[u8]) -> Result<Self::Object, String>;
+    fn to_storage(&self, obj: &Self::Object) -> Result<Vec<u8>, String>;
 }
 
 /// The strategy of a built-in kind.
@@ -204,6 +214,12 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     }
     fn deletion_forbidden(&self, obj: &K) -> Option<&'static str> {
         obj.deletion_forbidden()
+    }
+    fn from_storage(&self, bytes: &[u8]) -> Result<K, String> {
+        K::from_storage(bytes)
+    }
+    fn to_storage(&self, obj: &K) -> Result<Vec<u8>, String> {
+        obj.to_storage()
     }
 }
 

@@ -1142,3 +1142,55 @@ async fn watches() {
     );
     assert!(old.next().await.is_none());
 }
+
+#[tokio::test]
+async fn events_are_one_resource_in_two_apis() {
+    let s = server().await;
+    let v1 = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "p.1", "namespace": "default"},
+        "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "example.com/ctl",
+        "reportingInstance": "ctl-1", "action": "Bind", "reason": "Scheduled", "note": "assigned", "type": "Normal",
+        "regarding": {"kind": "Pod", "name": "p", "namespace": "default", "uid": "u1"}});
+    let r = s
+        .post("/apis/events.k8s.io/v1/namespaces/default/events", v1)
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CREATED,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    // kubectl describe reads core/v1 events by involvedObject.
+    let core = s.get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dp,involvedObject.uid%3Du1").await.json();
+    let item = &core["items"][0];
+    assert_eq!(
+        (
+            item["message"].as_str(),
+            item["reason"].as_str(),
+            item["reportingComponent"].as_str()
+        ),
+        (Some("assigned"), Some("Scheduled"), Some("example.com/ctl"))
+    );
+    // And the other way round.
+    let legacy = json!({"metadata": {"name": "p.2"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+        "reason": "Pulled", "message": "image present", "type": "Normal", "count": 3, "source": {"component": "kubelet"}});
+    assert_eq!(
+        s.post("/api/v1/namespaces/default/events", legacy)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let e = s
+        .get("/apis/events.k8s.io/v1/namespaces/default/events/p.2")
+        .await
+        .json();
+    assert_eq!(
+        (
+            e["note"].as_str(),
+            e["deprecatedCount"].as_i64(),
+            e["regarding"]["name"].as_str()
+        ),
+        (Some("image present"), Some(3), Some("p"))
+    );
+    assert_eq!(e["apiVersion"], "events.k8s.io/v1");
+}

@@ -4,5 +4,6 @@
 pub mod apps;
 pub mod batch;
 pub mod core;
+pub mod events;
 pub mod other;
 pub mod pod;

@@ -697,6 +697,16 @@ impl Kind for ClusterRoleBinding {
 }
 
 impl Kind for EventV1 {
+    fn from_storage(bytes: &[u8]) -> Result<Self, String> {
+        let core: k8s_openapi::api::core::v1::Event =
+            serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        Ok(crate::kinds::events::from_core(core))
+    }
+
+    fn to_storage(&self) -> Result<Vec<u8>, String> {
+        serde_json::to_vec(&crate::kinds::events::to_core(self)).map_err(|e| e.to_string())
+    }
+
     fn validate(&self, errs: &mut Errors) {
         if self.event_time.is_none() {
             errs.push(FieldError::required(&Path::new("eventTime"), ""));

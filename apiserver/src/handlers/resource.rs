@@ -215,6 +215,14 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 if t.subresource.is_some() && info.subresource("status").is_none() {
                     return Err(ApiError::path_not_found());
                 }
+                // resourceVersion on a get means "not older than".
+                if let Some(rv) = req
+                    .param("resourceVersion")
+                    .filter(|rv| !rv.is_empty() && *rv != "0")
+                {
+                    reg.wait_for_revision(crate::registry::generic::parse_rv(rv)?)
+                        .await?;
+                }
                 Ok(json(StatusCode::OK, &reg.get(ns, req.name()).await?))
             }
             (Verb::List, None) => {

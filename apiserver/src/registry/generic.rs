@@ -99,7 +99,7 @@ pub struct GenericRegistry<S: Strategy> {
     root: String,
 }
 
-fn parse_rv(rv: &str) -> Result<Revision, ApiError> {
+pub fn parse_rv(rv: &str) -> Result<Revision, ApiError> {
     rv.parse::<Revision>().map_err(|_| {
         ApiError::bad_request(format!(
             "invalid resource version: resourceVersion: Invalid value: {rv:?}: strconv.ParseUint: parsing {rv:?}: invalid syntax"
@@ -180,7 +180,9 @@ impl<S: Strategy> GenericRegistry<S> {
 
     /// Decodes a stored value and puts its revision back as resourceVersion.
     pub fn decode(&self, kv: &KeyValue) -> Result<S::Object, ApiError> {
-        let mut obj: S::Object = serde_json::from_slice(&kv.value)
+        let mut obj = self
+            .strategy
+            .from_storage(&kv.value)
             .map_err(|e| ApiError::internal(format!("corrupt object at {}: {e}", kv.key)))?;
         self.strategy.meta_mut(&mut obj).resource_version = Some(kv.mod_revision.to_string());
         Ok(obj)
@@ -189,7 +191,8 @@ impl<S: Strategy> GenericRegistry<S> {
     fn encode(&self, obj: &S::Object) -> Result<Bytes, ApiError> {
         let mut obj = obj.clone();
         self.strategy.meta_mut(&mut obj).resource_version = None;
-        serde_json::to_vec(&obj)
+        self.strategy
+            .to_storage(&obj)
             .map(Bytes::from)
             .map_err(ApiError::internal)
     }
@@ -242,7 +245,7 @@ impl<S: Strategy> GenericRegistry<S> {
     }
 
     /// Waits (briefly) until the store has reached `rev`, as reads with NotOlderThan do.
-    async fn wait_for_revision(&self, rev: Revision) -> Result<(), ApiError> {
+    pub async fn wait_for_revision(&self, rev: Revision) -> Result<(), ApiError> {
         let deadline = Instant::now() + FUTURE_REVISION_WAIT;
         loop {
             let current = self
