@@ -123,8 +123,8 @@ pub trait Strategy: Send + Sync + 'static {
     fn begin_delete(&self, obj: &mut Self::Object) -> bool;
     fn finalized(&self, obj: &Self::Object) -> bool;
     fn deletion_forbidden(&self, obj: &Self::Object) -> Option<&'static str>;
-    fn from_storage(&self, bytes: &[u8]) -> Result<Self::Object, String>;
-    fn to_storage(&self, obj: &Self::Object) -> Result<Vec<u8>, String>;
+    fn decode_stored(&self, bytes: &[u8]) -> Result<Self::Object, String>;
+    fn encode_stored(&self, obj: &Self::Object) -> Result<Vec<u8>, String>;
 }
 
 /// The strategy of a built-in kind.
@@ -215,10 +215,10 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     fn deletion_forbidden(&self, obj: &K) -> Option<&'static str> {
         obj.deletion_forbidden()
     }
-    fn from_storage(&self, bytes: &[u8]) -> Result<K, String> {
+    fn decode_stored(&self, bytes: &[u8]) -> Result<K, String> {
         K::from_storage(bytes)
     }
-    fn to_storage(&self, obj: &K) -> Result<Vec<u8>, String> {
+    fn encode_stored(&self, obj: &K) -> Result<Vec<u8>, String> {
         obj.to_storage()
     }
 }

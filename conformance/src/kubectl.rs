@@ -219,13 +219,12 @@ async fn configmap_lifecycle(k: &Kubectl, client: &kube::Client) -> anyhow::Resu
     );
     k.ok(&["label", "configmap", &name, "tier-"], None)?;
     ensure!(
-        api.get(&name)
+        !api.get(&name)
             .await?
             .metadata
             .labels
             .unwrap_or_default()
-            .get("tier")
-            .is_none(),
+            .contains_key("tier"),
         "label not removed"
     );
     k.ok(&["label", "configmap", &name, "tier=conformance"], None)?;

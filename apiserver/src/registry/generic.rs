@@ -182,7 +182,7 @@ impl<S: Strategy> GenericRegistry<S> {
     pub fn decode(&self, kv: &KeyValue) -> Result<S::Object, ApiError> {
         let mut obj = self
             .strategy
-            .from_storage(&kv.value)
+            .decode_stored(&kv.value)
             .map_err(|e| ApiError::internal(format!("corrupt object at {}: {e}", kv.key)))?;
         self.strategy.meta_mut(&mut obj).resource_version = Some(kv.mod_revision.to_string());
         Ok(obj)
@@ -192,7 +192,7 @@ impl<S: Strategy> GenericRegistry<S> {
         let mut obj = obj.clone();
         self.strategy.meta_mut(&mut obj).resource_version = None;
         self.strategy
-            .to_storage(&obj)
+            .encode_stored(&obj)
             .map(Bytes::from)
             .map_err(ApiError::internal)
     }
