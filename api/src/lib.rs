@@ -10,6 +10,7 @@ pub mod registry;
 pub mod selector;
 pub mod status;
 pub mod strategy;
+pub mod table;
 pub mod validation;
 
 pub use registry::ResourceInfo;

@@ -1194,3 +1194,91 @@ async fn events_are_one_resource_in_two_apis() {
     );
     assert_eq!(e["apiVersion"], "events.k8s.io/v1");
 }
+
+async fn get_as(s: &InProcess, path: &str, accept: &str) -> testkit::Reply {
+    let mut req = http::Request::get(path)
+        .header("accept", accept)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    req.extensions_mut()
+        .insert(minik8s_apiserver::auth::ClientCertIdentity(testkit::admin()));
+    let resp = s.router.clone().oneshot(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    testkit::Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+#[tokio::test]
+async fn tables_and_partial_metadata() {
+    let s = server().await;
+    let pods = "/api/v1/namespaces/default/pods";
+    s.post(pods, pod("t1")).await;
+    let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+    let r = get_as(&s, pods, kubectl).await;
+    assert_eq!(
+        r.headers["content-type"],
+        "application/json;as=Table;v=v1;g=meta.k8s.io"
+    );
+    let t = r.json();
+    assert_eq!(t["kind"], "Table");
+    let names: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(&names[..5], ["Name", "Ready", "Status", "Restarts", "Age"]);
+    assert!(names.contains(&"Nominated Node"));
+    let row = &t["rows"][0];
+    assert_eq!(
+        (
+            row["cells"][0].as_str(),
+            row["cells"][1].as_str(),
+            row["cells"][2].as_str()
+        ),
+        (Some("t1"), Some("0/1"), Some("Pending"))
+    );
+    assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(row["object"]["metadata"]["name"], "t1");
+    // A single object as a table, and includeObject=Object.
+    let one = get_as(&s, &format!("{pods}/t1?includeObject=Object"), kubectl)
+        .await
+        .json();
+    assert_eq!(one["rows"][0]["object"]["kind"], "Pod");
+    // Kinds without a printer get NAME and CREATED AT.
+    let crds = get_as(
+        &s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        kubectl,
+    )
+    .await
+    .json();
+    assert_eq!(crds["columnDefinitions"][1]["name"], "Created At");
+    // Metadata-only lists, as kube-rs metadata watchers ask.
+    let m = get_as(
+        &s,
+        pods,
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+    )
+    .await
+    .json();
+    assert_eq!(
+        (m["kind"].as_str(), m["items"][0]["kind"].as_str()),
+        (
+            Some("PartialObjectMetadataList"),
+            Some("PartialObjectMetadata")
+        )
+    );
+    assert!(m["items"][0].get("spec").is_none());
+    // YAML responses, and a media type nothing here produces.
+    let y = get_as(&s, &format!("{pods}/t1"), "application/yaml").await;
+    assert!(String::from_utf8_lossy(&y.body).contains("kind: Pod"));
+    let n = get_as(&s, pods, "text/html").await;
+    assert_eq!(
+        (n.status, n.json()["reason"].as_str()),
+        (StatusCode::NOT_ACCEPTABLE, Some("NotAcceptable"))
+    );
+}

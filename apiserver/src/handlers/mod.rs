@@ -5,6 +5,7 @@ pub mod codec;
 pub mod discovery;
 pub mod namespaces;
 pub mod pods;
+pub mod render;
 pub mod request;
 pub mod resource;
 

@@ -17,9 +17,9 @@ use minik8s_api::strategy::Strategy;
 use minik8s_api::validation::{FieldError, Path};
 use minik8s_api::{ApiError, ResourceInfo, status};
 use rand::Rng;
-use serde::Serialize;
 
 use super::codec::{self, json, status_response};
+use super::render::{self, Renderer};
 use super::request::{ResourceRequest, Verb};
 use crate::auth::UserInfo;
 use crate::registry::generic::{
@@ -121,15 +121,6 @@ pub struct ResourceEndpoint<S: Strategy> {
     options: ServeOptions,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct List<'a, T> {
-    kind: &'a str,
-    api_version: String,
-    metadata: ListMeta,
-    items: &'a [T],
-}
-
 impl<S: Strategy> ResourceEndpoint<S> {
     pub fn new(registry: Arc<GenericRegistry<S>>, options: ServeOptions) -> Self {
         ResourceEndpoint {
@@ -160,20 +151,25 @@ impl<S: Strategy> ResourceEndpoint<S> {
         codec::decode_object(value, &info.kind, &info.api_version(), false)
     }
 
-    fn list_response(&self, out: ListOutput<S::Object>) -> Response {
+    fn renderer(&self, req: &ApiRequest) -> Result<Renderer, ApiError> {
         let info = self.info();
-        let list = List {
-            kind: &info.list_kind,
+        Ok(Renderer {
+            render: render::negotiate(&req.headers, req.param("includeObject"))?,
+            group: info.group.clone(),
+            kind: info.kind.clone(),
             api_version: info.api_version(),
-            metadata: ListMeta {
-                resource_version: Some(out.resource_version.to_string()),
-                continue_: out.continue_token,
-                remaining_item_count: out.remaining,
-                self_link: None,
-            },
-            items: &out.items,
+            list_kind: info.list_kind.clone(),
+        })
+    }
+
+    fn list_response(&self, out: ListOutput<S::Object>, renderer: &Renderer) -> Response {
+        let meta = ListMeta {
+            resource_version: Some(out.resource_version.to_string()),
+            continue_: out.continue_token,
+            remaining_item_count: out.remaining,
+            self_link: None,
         };
-        json(StatusCode::OK, &list)
+        renderer.list(&out.items, meta)
     }
 
     fn list_query(&self, req: &ApiRequest) -> Result<ListQuery, ApiError> {
@@ -223,18 +219,20 @@ impl<S: Strategy> ResourceEndpoint<S> {
                     reg.wait_for_revision(crate::registry::generic::parse_rv(rv)?)
                         .await?;
                 }
-                Ok(json(StatusCode::OK, &reg.get(ns, req.name()).await?))
+                let renderer = self.renderer(&req)?;
+                Ok(renderer.object(StatusCode::OK, &reg.get(ns, req.name()).await?))
             }
             (Verb::List, None) => {
                 let q = self.list_query(&req)?;
+                let renderer = self.renderer(&req)?;
                 if let Some(name) = q.fields.required_value("metadata.name")
                     && (ns.is_some() || !info.namespaced)
                     && q.continue_token.is_none()
                 {
                     // A single-object list (kubectl wait, rollout status): one key, not a range.
-                    return self.single_list(&req, &q, name).await;
+                    return self.single_list(&req, &q, name, &renderer).await;
                 }
-                Ok(self.list_response(reg.list(ns, &q).await?))
+                Ok(self.list_response(reg.list(ns, &q).await?, &renderer))
             }
             (Verb::Watch, None) => self.watch(&req).await,
             (Verb::Create, None) => {
@@ -293,7 +291,8 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 }
                 let q = self.list_query(&req)?;
                 let opts = delete_options(&req)?;
-                Ok(self.list_response(reg.delete_collection(ns, &q, &opts).await?))
+                let renderer = self.renderer(&req)?;
+                Ok(self.list_response(reg.delete_collection(ns, &q, &opts).await?, &renderer))
             }
             (Verb::Get | Verb::Update | Verb::Patch, Some("scale"))
                 if info.subresource("scale").is_some() =>
@@ -323,6 +322,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
         req: &ApiRequest,
         q: &ListQuery,
         name: &str,
+        renderer: &Renderer,
     ) -> Result<Response, ApiError> {
         let reg = &self.registry;
         let revision = reg
@@ -343,16 +343,18 @@ impl<S: Strategy> ResourceEndpoint<S> {
             Err(e) if e.code == 404 => vec![],
             Err(e) => return Err(e),
         };
-        Ok(self.list_response(ListOutput {
-            items,
-            resource_version: revision,
-            continue_token: None,
-            remaining: None,
-        }))
+        Ok(self.list_response(
+            ListOutput {
+                items,
+                resource_version: revision,
+                continue_token: None,
+                remaining: None,
+            },
+            renderer,
+        ))
     }
 
     async fn watch(&self, req: &ApiRequest) -> Result<Response, ApiError> {
-        let info = self.info().clone();
         let mut fields = field_selector(req)?;
         if let Some(name) = req.target.name.as_deref() {
             // A named watch is a watch with metadata.name pinned.
@@ -393,34 +395,34 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 Duration::from_secs_f64(min * (1.0 + rand::rng().random::<f64>()))
             }
         };
+        let renderer = Arc::new(self.renderer(req)?);
+        let content_type = renderer.watch_content_type();
         let rx = self.registry.watch(req.namespace(), q).await?;
         let deadline = tokio::time::Instant::now() + timeout;
-        let kind = info.kind.clone();
-        let api_version = info.api_version();
-        let stream = futures::stream::unfold((rx, false), move |(mut rx, done)| {
-            let kind = kind.clone();
-            let api_version = api_version.clone();
-            async move {
-                if done {
-                    return None;
+        let stream =
+            futures::stream::unfold((rx, false, true), move |(mut rx, done, mut first)| {
+                let renderer = renderer.clone();
+                async move {
+                    if done {
+                        return None;
+                    }
+                    let event = tokio::select! {
+                        e = rx.recv() => e?,
+                        _ = tokio::time::sleep_until(deadline) => return None,
+                    };
+                    let is_error = matches!(event, WatchEvent::Error(_));
+                    let line = renderer.watch_line(event, &mut first);
+                    Some((
+                        Ok::<_, std::convert::Infallible>(Bytes::from(line)),
+                        (rx, is_error, first),
+                    ))
                 }
-                let event = tokio::select! {
-                    e = rx.recv() => e?,
-                    _ = tokio::time::sleep_until(deadline) => return None,
-                };
-                let is_error = matches!(event, WatchEvent::Error(_));
-                let line = encode_watch_event(event, &kind, &api_version);
-                Some((
-                    Ok::<_, std::convert::Infallible>(Bytes::from(line)),
-                    (rx, is_error),
-                ))
-            }
-        })
-        .boxed();
+            })
+            .boxed();
         let mut resp = Response::new(Body::from_stream(stream));
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
-            http::HeaderValue::from_static(codec::JSON),
+            http::HeaderValue::from_static(content_type),
         );
         Ok(resp)
     }
@@ -707,43 +709,4 @@ impl Patch {
         }
         Ok(doc)
     }
-}
-
-/// One line of a watch stream.
-fn encode_watch_event<T: Serialize>(
-    event: WatchEvent<T>,
-    kind: &str,
-    api_version: &str,
-) -> Vec<u8> {
-    let (ty, object) = match event {
-        WatchEvent::Added(o) => ("ADDED", serde_json::to_value(o)),
-        WatchEvent::Modified(o) => ("MODIFIED", serde_json::to_value(o)),
-        WatchEvent::Deleted(o) => ("DELETED", serde_json::to_value(o)),
-        WatchEvent::Bookmark {
-            resource_version,
-            initial_events_end,
-        } => {
-            let mut metadata = serde_json::json!({"resourceVersion": resource_version.to_string()});
-            if initial_events_end {
-                metadata["annotations"] = serde_json::json!({"k8s.io/initial-events-end": "true"});
-            }
-            (
-                "BOOKMARK",
-                Ok(
-                    serde_json::json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
-                ),
-            )
-        }
-        WatchEvent::Error(e) => {
-            let mut s = serde_json::to_value(e.to_status()).unwrap_or_default();
-            s["kind"] = "Status".into();
-            s["apiVersion"] = "v1".into();
-            ("ERROR", Ok(s))
-        }
-    };
-    let object = object.unwrap_or_else(|e| serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": e.to_string(), "code": 500}));
-    let mut line =
-        serde_json::to_vec(&serde_json::json!({"type": ty, "object": object})).unwrap_or_default();
-    line.push(b'\n');
-    line
 }

@@ -1,0 +1,380 @@
+//! Response negotiation for reads: the object itself (JSON or YAML), a `meta.k8s.io/v1` Table
+//! as `kubectl get` asks for, or PartialObjectMetadata as metadata-only clients ask for.
+
+use axum::body::Body;
+use axum::response::Response;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use minik8s_api::{ApiError, table};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::codec::{json_bytes, status_response};
+use crate::registry::generic::WatchEvent;
+
+/// What a row's `object` holds in a Table (`includeObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Include {
+    None,
+    Metadata,
+    Object,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Render {
+    Json,
+    Yaml,
+    Table(Include),
+    Metadata,
+}
+
+const ACCEPTABLE: &[&str] = &[
+    "application/json",
+    "application/yaml",
+    "application/json;as=Table;v=v1;g=meta.k8s.io",
+    "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
+];
+
+/// Picks the first media range in `Accept` this server can produce.
+pub fn negotiate(headers: &HeaderMap, include_object: Option<&str>) -> Result<Render, ApiError> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("*/*");
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let mut as_ = None;
+        let mut group = None;
+        let mut version = None;
+        for p in parts {
+            match p.split_once('=') {
+                Some(("as", v)) => as_ = Some(v.to_string()),
+                Some(("g", v)) => group = Some(v.to_string()),
+                Some(("v", v)) => version = Some(v.to_string()),
+                _ => {}
+            }
+        }
+        let meta_group = group.as_deref() == Some("meta.k8s.io")
+            && matches!(version.as_deref(), Some("v1" | "v1beta1"));
+        match (media.as_str(), as_.as_deref()) {
+            ("application/json", Some("Table")) if meta_group => {
+                let include = match include_object {
+                    Some("None") => Include::None,
+                    Some("Object") => Include::Object,
+                    _ => Include::Metadata,
+                };
+                return Ok(Render::Table(include));
+            }
+            ("application/json", Some("PartialObjectMetadata" | "PartialObjectMetadataList"))
+                if meta_group =>
+            {
+                return Ok(Render::Metadata);
+            }
+            ("application/json" | "application/*" | "*/*" | "", None) => return Ok(Render::Json),
+            ("application/yaml", None) => return Ok(Render::Yaml),
+            _ => {}
+        }
+    }
+    Err(ApiError::not_acceptable(ACCEPTABLE))
+}
+
+/// Renders reads of one resource kind.
+pub struct Renderer {
+    pub render: Render,
+    pub group: String,
+    pub kind: String,
+    pub api_version: String,
+    pub list_kind: String,
+}
+
+fn partial(mut value: Value) -> Value {
+    let metadata = value
+        .get_mut("metadata")
+        .map(Value::take)
+        .unwrap_or_else(|| json!({}));
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata})
+}
+
+fn with_type(mut resp: Response, content_type: &'static str) -> Response {
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+const TABLE_TYPE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+const PARTIAL_TYPE: &str = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io";
+const PARTIAL_LIST_TYPE: &str = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
+
+impl Renderer {
+    fn row(&self, value: Value, now: jiff::Timestamp, include: Include) -> Result<Value, ApiError> {
+        let row = table::row(&self.group, &self.kind, &value, now)
+            .map_err(|e| ApiError::internal(format!("printing a table row: {e}")))?;
+        let mut out = json!({"cells": row.cells});
+        if !row.conditions.is_empty() {
+            out["conditions"] = serde_json::to_value(&row.conditions).unwrap_or_default();
+        }
+        match include {
+            Include::None => {}
+            Include::Metadata => out["object"] = partial(value),
+            Include::Object => out["object"] = value,
+        }
+        Ok(out)
+    }
+
+    fn table(
+        &self,
+        items: Vec<Value>,
+        meta: ListMeta,
+        include: Include,
+        headers: bool,
+    ) -> Result<Value, ApiError> {
+        let now = jiff::Timestamp::now();
+        let rows = items
+            .into_iter()
+            .map(|v| self.row(v, now, include))
+            .collect::<Result<Vec<_>, _>>()?;
+        let columns = if headers {
+            serde_json::to_value(table::columns(&self.group, &self.kind)).unwrap_or_default()
+        } else {
+            json!([])
+        };
+        Ok(json!({
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": serde_json::to_value(meta).unwrap_or_default(),
+            "columnDefinitions": columns,
+            "rows": rows,
+        }))
+    }
+
+    pub fn object<T: Serialize>(&self, code: StatusCode, obj: &T) -> Response {
+        let result = (|| -> Result<Response, ApiError> {
+            Ok(match self.render {
+                Render::Json => {
+                    json_bytes(code, serde_json::to_vec(obj).map_err(ApiError::internal)?)
+                }
+                Render::Yaml => yaml(code, obj)?,
+                Render::Table(include) => {
+                    let value = serde_json::to_value(obj).map_err(ApiError::internal)?;
+                    let rv = value["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string);
+                    let meta = ListMeta {
+                        resource_version: rv,
+                        ..Default::default()
+                    };
+                    with_type(
+                        json_bytes(
+                            code,
+                            serde_json::to_vec(&self.table(vec![value], meta, include, true)?)
+                                .map_err(ApiError::internal)?,
+                        ),
+                        TABLE_TYPE,
+                    )
+                }
+                Render::Metadata => {
+                    let value = partial(serde_json::to_value(obj).map_err(ApiError::internal)?);
+                    with_type(
+                        json_bytes(
+                            code,
+                            serde_json::to_vec(&value).map_err(ApiError::internal)?,
+                        ),
+                        PARTIAL_TYPE,
+                    )
+                }
+            })
+        })();
+        result.unwrap_or_else(|e| status_response(&e))
+    }
+
+    pub fn list<T: Serialize>(&self, items: &[T], meta: ListMeta) -> Response {
+        let result = (|| -> Result<Response, ApiError> {
+            Ok(match self.render {
+                Render::Json | Render::Yaml => {
+                    #[derive(Serialize)]
+                    #[serde(rename_all = "camelCase")]
+                    struct List<'a, T> {
+                        kind: &'a str,
+                        api_version: &'a str,
+                        metadata: ListMeta,
+                        items: &'a [T],
+                    }
+                    let list = List {
+                        kind: &self.list_kind,
+                        api_version: &self.api_version,
+                        metadata: meta,
+                        items,
+                    };
+                    if self.render == Render::Yaml {
+                        yaml(StatusCode::OK, &list)?
+                    } else {
+                        json_bytes(
+                            StatusCode::OK,
+                            serde_json::to_vec(&list).map_err(ApiError::internal)?,
+                        )
+                    }
+                }
+                Render::Table(include) => {
+                    let values = items
+                        .iter()
+                        .map(serde_json::to_value)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(ApiError::internal)?;
+                    with_type(
+                        json_bytes(
+                            StatusCode::OK,
+                            serde_json::to_vec(&self.table(values, meta, include, true)?)
+                                .map_err(ApiError::internal)?,
+                        ),
+                        TABLE_TYPE,
+                    )
+                }
+                Render::Metadata => {
+                    let values = items
+                        .iter()
+                        .map(|i| serde_json::to_value(i).map(partial))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(ApiError::internal)?;
+                    let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": values});
+                    with_type(
+                        json_bytes(
+                            StatusCode::OK,
+                            serde_json::to_vec(&list).map_err(ApiError::internal)?,
+                        ),
+                        PARTIAL_LIST_TYPE,
+                    )
+                }
+            })
+        })();
+        result.unwrap_or_else(|e| status_response(&e))
+    }
+
+    /// The content type of a watch stream.
+    pub fn watch_content_type(&self) -> &'static str {
+        match self.render {
+            Render::Table(_) => TABLE_TYPE,
+            Render::Metadata => PARTIAL_TYPE,
+            Render::Yaml | Render::Json => "application/json",
+        }
+    }
+
+    /// One line of a watch stream; Tables carry column definitions in the first event only.
+    pub fn watch_line<T: Serialize>(&self, event: WatchEvent<T>, first: &mut bool) -> Vec<u8> {
+        let encoded = |o: &T| serde_json::to_value(o).map_err(ApiError::internal);
+        let object = |value: Value| -> Result<Value, ApiError> {
+            match self.render {
+                Render::Json | Render::Yaml => Ok(value),
+                Render::Metadata => Ok(partial(value)),
+                Render::Table(include) => {
+                    let rv = value["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string);
+                    let headers = std::mem::replace(first, false);
+                    self.table(
+                        vec![value],
+                        ListMeta {
+                            resource_version: rv,
+                            ..Default::default()
+                        },
+                        include,
+                        headers,
+                    )
+                }
+            }
+        };
+        let (ty, obj) = match event {
+            WatchEvent::Added(o) => ("ADDED", encoded(&o).and_then(object)),
+            WatchEvent::Modified(o) => ("MODIFIED", encoded(&o).and_then(object)),
+            WatchEvent::Deleted(o) => ("DELETED", encoded(&o).and_then(object)),
+            WatchEvent::Bookmark {
+                resource_version,
+                initial_events_end,
+            } => {
+                let mut metadata = json!({"resourceVersion": resource_version.to_string()});
+                if initial_events_end {
+                    metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+                }
+                let obj = match self.render {
+                    Render::Table(_) => {
+                        json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": [], "rows": []})
+                    }
+                    Render::Metadata => {
+                        json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata})
+                    }
+                    _ => {
+                        json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": metadata})
+                    }
+                };
+                ("BOOKMARK", Ok(obj))
+            }
+            WatchEvent::Error(e) => ("ERROR", Err(e)),
+        };
+        let (ty, obj) = match obj {
+            Ok(o) => (ty, o),
+            Err(e) => {
+                let mut s = serde_json::to_value(e.to_status()).unwrap_or_default();
+                s["kind"] = "Status".into();
+                s["apiVersion"] = "v1".into();
+                ("ERROR", s)
+            }
+        };
+        let mut line = serde_json::to_vec(&json!({"type": ty, "object": obj})).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+}
+
+fn yaml<T: Serialize>(code: StatusCode, value: &T) -> Result<Response, ApiError> {
+    let text = serde_yaml::to_string(value).map_err(ApiError::internal)?;
+    let mut resp = Response::new(Body::from(text));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/yaml"),
+    );
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn negotiation() {
+        let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(
+            negotiate(&accept(kubectl), None).unwrap(),
+            Render::Table(Include::Metadata)
+        );
+        assert_eq!(
+            negotiate(&accept(kubectl), Some("Object")).unwrap(),
+            Render::Table(Include::Object)
+        );
+        assert_eq!(negotiate(&HeaderMap::new(), None).unwrap(), Render::Json);
+        assert_eq!(
+            negotiate(&accept("application/vnd.kubernetes.protobuf, */*"), None).unwrap(),
+            Render::Json
+        );
+        assert_eq!(
+            negotiate(&accept("application/yaml"), None).unwrap(),
+            Render::Yaml
+        );
+        let meta =
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(negotiate(&accept(meta), None).unwrap(), Render::Metadata);
+        assert_eq!(
+            negotiate(&accept("application/vnd.kubernetes.protobuf"), None)
+                .unwrap_err()
+                .code,
+            406
+        );
+        assert_eq!(negotiate(&accept("text/html"), None).unwrap_err().code, 406);
+    }
+}
