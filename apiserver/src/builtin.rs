@@ -1,5 +1,5 @@
 //! Which Rust type serves which built-in resource. The resource table in `minik8s_api`
-//! says what exists; this says how each is typed.
+//! says what exists; this says how each is typed, for storage and for OpenAPI alike.
 
 use std::sync::Arc;
 
@@ -19,10 +19,11 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use minik8s_api::registry::built_in;
 use minik8s_api::strategy::{BuiltIn, Kind};
+use schemars::JsonSchema;
 
 use crate::handlers::namespaces::NamespaceExtension;
 use crate::handlers::pods::PodExtension;
-use crate::handlers::resource::{Endpoint, ResourceEndpoint};
+use crate::handlers::resource::ResourceEndpoint;
 use crate::registry::generic::GenericRegistry;
 use crate::server::ApiServer;
 
@@ -43,7 +44,9 @@ fn endpoint<K: Kind>(
 }
 
 pub fn register(server: &ApiServer) {
-    fn add(server: &ApiServer, e: impl Endpoint) {
+    /// Serves `e` and describes its kind in OpenAPI by the type's schemars schema.
+    fn add<K: Kind + JsonSchema>(server: &ApiServer, e: ResourceEndpoint<BuiltIn<K>>) {
+        server.openapi.register_type::<K>();
         server.register(Arc::new(e));
     }
     add(

@@ -14,6 +14,7 @@ use minik8s_api::strategy::BuiltIn;
 
 use crate::auth::Authenticator;
 use crate::builtin;
+use crate::handlers::openapi::OpenApi;
 use crate::handlers::resource::{Endpoint, ServeOptions};
 use crate::metrics::Metrics;
 use crate::pki::{Pki, PkiError, ServingNames};
@@ -55,6 +56,8 @@ pub struct ApiServer {
     pub options: ServeOptions,
     /// `host:port` clients are told to use (discovery's serverAddressByClientCIDRs).
     pub address: String,
+    /// Kinds' schemas and the OpenAPI documents built from them.
+    pub openapi: OpenApi,
     endpoints: RwLock<Endpoints>,
 }
 
@@ -73,6 +76,7 @@ impl ApiServer {
             auth: Arc::new(auth),
             options,
             address,
+            openapi: OpenApi::new(),
             endpoints: RwLock::new(BTreeMap::new()),
         });
         builtin::register(&server);
@@ -90,6 +94,7 @@ impl ApiServer {
             .write()
             .expect("endpoints lock")
             .insert(key, endpoint);
+        self.openapi.invalidate();
     }
 
     pub fn endpoint(&self, group: &str, version: &str, plural: &str) -> Option<Arc<dyn Endpoint>> {

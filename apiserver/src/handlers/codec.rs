@@ -176,6 +176,129 @@ pub fn decode_object<T: DeserializeOwned>(
     })
 }
 
+/// How a write treats fields its kind does not have: upstream's `fieldValidation` query
+/// parameter. kubectl sends `Strict` once the OpenAPI document lists the parameter, and then
+/// leaves the unknown-field check to the server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// Unknown fields are dropped silently.
+    Ignore,
+    /// Unknown fields are dropped, each with a `Warning` header.
+    #[default]
+    Warn,
+    /// A request with unknown fields fails with 400.
+    Strict,
+}
+
+impl FieldValidation {
+    pub fn parse(value: Option<&str>) -> Result<Self, ApiError> {
+        match value {
+            None | Some("" | "Warn") => Ok(FieldValidation::Warn),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
+    }
+
+    /// What to do about `unknown` fields of a `kind` body: the warnings to send, or the error.
+    pub fn check(
+        self,
+        unknown: Vec<String>,
+        kind: &str,
+        api_version: &str,
+    ) -> Result<Vec<String>, ApiError> {
+        if unknown.is_empty() || self == FieldValidation::Ignore {
+            return Ok(Vec::new());
+        }
+        let fields: Vec<String> = unknown
+            .iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect();
+        match self {
+            FieldValidation::Strict => Err(ApiError::bad_request(format!(
+                "{kind} in version {api_version:?} cannot be handled as a {kind}: strict decoding error: {}",
+                fields.join(", ")
+            ))),
+            _ => Ok(fields),
+        }
+    }
+}
+
+/// The fields of `input` that decoding dropped: present there (and not null) but absent from
+/// `decoded`, the decoded object encoded again. Those are the fields the kind does not have,
+/// named as upstream's strict decoder names them (`spec.containers[0].imagee`).
+pub fn unknown_fields(input: &serde_json::Value, decoded: &serde_json::Value) -> Vec<String> {
+    fn walk(
+        input: &serde_json::Value,
+        decoded: &serde_json::Value,
+        path: &str,
+        out: &mut Vec<String>,
+    ) {
+        use serde_json::Value;
+        match (input, decoded) {
+            (Value::Object(a), Value::Object(b)) => {
+                for (k, v) in a {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    match b.get(k) {
+                        Some(d) => walk(v, d, &p, out),
+                        None if v.is_null() => {}
+                        None => out.push(p),
+                    }
+                }
+            }
+            (Value::Array(a), Value::Array(b)) => {
+                for (i, (v, d)) in a.iter().zip(b).enumerate() {
+                    walk(v, d, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(input, decoded, "", &mut out);
+    out.sort();
+    out
+}
+
+/// [`decode_object`], then the unknown-field check `validation` asks for: the object and the
+/// warnings to send with the response.
+pub fn decode_validated<T: DeserializeOwned + Serialize>(
+    value: serde_json::Value,
+    kind: &str,
+    api_version: &str,
+    require_type: bool,
+    validation: FieldValidation,
+) -> Result<(T, Vec<String>), ApiError> {
+    if validation == FieldValidation::Ignore {
+        return Ok((
+            decode_object(value, kind, api_version, require_type)?,
+            Vec::new(),
+        ));
+    }
+    let input = value.clone();
+    let obj: T = decode_object(value, kind, api_version, require_type)?;
+    let decoded = serde_json::to_value(&obj).map_err(ApiError::internal)?;
+    let warnings = validation.check(unknown_fields(&input, &decoded), kind, api_version)?;
+    Ok((obj, warnings))
+}
+
+/// Adds one `Warning` header per message, as upstream sends them (`299 - "<text>"`).
+pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let quoted = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{quoted}\"")) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +341,50 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v["metadata"]["name"], "a");
+    }
+
+    #[test]
+    fn unknown_fields_are_found() {
+        use k8s_openapi::api::core::v1::Pod;
+        let v = serde_json::json!({
+            "metadata": {"name": "a", "labels": {"x": "y"}, "creationTimestamp": null, "bogus": 1},
+            "spec": {"containers": [{"name": "c", "image": "i"}, {"name": "d", "imagee": "i"}]},
+            "extra": {},
+        });
+        let (pod, warnings) =
+            decode_validated::<Pod>(v.clone(), "Pod", "v1", false, FieldValidation::Warn).unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("a"));
+        assert_eq!(
+            warnings,
+            vec![
+                "unknown field \"extra\"",
+                "unknown field \"metadata.bogus\"",
+                "unknown field \"spec.containers[1].imagee\"",
+            ]
+        );
+        let e = decode_validated::<Pod>(v.clone(), "Pod", "v1", false, FieldValidation::Strict)
+            .unwrap_err();
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field \"extra\", unknown field \"metadata.bogus\", unknown field \"spec.containers[1].imagee\""
+        );
+        let (_, warnings) =
+            decode_validated::<Pod>(v, "Pod", "v1", false, FieldValidation::Ignore).unwrap();
+        assert!(warnings.is_empty());
+        let ok = serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "resources": {}, "ports": [{"containerPort": 80}]}]}});
+        let (_, warnings) =
+            decode_validated::<Pod>(ok, "Pod", "v1", false, FieldValidation::Strict).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(FieldValidation::parse(None).unwrap(), FieldValidation::Warn);
+        assert_eq!(FieldValidation::parse(Some("bogus")).unwrap_err().code, 400);
+        let resp = with_warnings(
+            json_bytes(StatusCode::OK, vec![]),
+            &["unknown field \"a\"".into()],
+        );
+        assert_eq!(
+            resp.headers()[header::WARNING],
+            "299 - \"unknown field \\\"a\\\"\""
+        );
     }
 }

@@ -1,9 +1,10 @@
-//! HTTP routing: health, version, metrics and discovery endpoints, and the dispatcher that
-//! hands every `/api` and `/apis` resource request to the resource's endpoint.
+//! HTTP routing: health, version, metrics, discovery and OpenAPI endpoints, and the dispatcher
+//! that hands every `/api` and `/apis` resource request to the resource's endpoint.
 
 pub mod codec;
 pub mod discovery;
 pub mod namespaces;
+pub mod openapi;
 pub mod pods;
 pub mod render;
 pub mod request;
@@ -41,6 +42,9 @@ pub fn router(server: Arc<ApiServer>) -> Router {
         .route("/apis", get(apis_root))
         .route("/api/{*rest}", any(api))
         .route("/apis/{*rest}", any(api))
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/openapi/v3", get(openapi::index))
+        .route("/openapi/v3/{*path}", get(openapi::group_version))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             server.auth.clone(),

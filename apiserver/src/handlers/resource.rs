@@ -18,7 +18,7 @@ use minik8s_api::validation::{FieldError, Path};
 use minik8s_api::{ApiError, ResourceInfo, status};
 use rand::Rng;
 
-use super::codec::{self, json, status_response};
+use super::codec::{self, FieldValidation, json, status_response, with_warnings};
 use super::render::{self, Renderer};
 use super::request::{ResourceRequest, Verb};
 use crate::auth::UserInfo;
@@ -59,6 +59,11 @@ impl ApiRequest {
 
     pub fn name(&self) -> &str {
         self.target.name.as_deref().unwrap_or_default()
+    }
+
+    /// What to do about unknown fields in the body (`fieldValidation`, default `Warn`).
+    pub fn field_validation(&self) -> Result<FieldValidation, ApiError> {
+        FieldValidation::parse(self.param("fieldValidation"))
     }
 
     /// `dryRun=All` or nothing; anything else is refused as upstream does.
@@ -139,7 +144,9 @@ impl<S: Strategy> ResourceEndpoint<S> {
         self.registry.strategy.info()
     }
 
-    fn decode(&self, req: &ApiRequest) -> Result<S::Object, ApiError> {
+    /// The body as an object, and the warnings its unknown fields earn under the request's
+    /// `fieldValidation`.
+    fn decode(&self, req: &ApiRequest) -> Result<(S::Object, Vec<String>), ApiError> {
         let info = self.info();
         if req.body.len() > codec::MAX_BODY_BYTES {
             return Err(ApiError::request_entity_too_large(format!(
@@ -147,8 +154,36 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 codec::MAX_BODY_BYTES
             )));
         }
+        let validation = req.field_validation()?;
         let value = codec::parse_body(req.content_type(), &req.body, &info.kind)?;
-        codec::decode_object(value, &info.kind, &info.api_version(), false)
+        codec::decode_validated(value, &info.kind, &info.api_version(), false, validation)
+    }
+
+    /// Applies `patch` to `doc` and checks the result for unknown fields, which decoding the
+    /// patched document would drop.
+    fn apply_patch(
+        &self,
+        patch: &Patch,
+        doc: serde_json::Value,
+        validation: FieldValidation,
+        warnings: &std::sync::Mutex<Vec<String>>,
+    ) -> Result<serde_json::Value, ApiError> {
+        let patched = patch.apply(doc)?;
+        if validation == FieldValidation::Ignore {
+            return Ok(patched);
+        }
+        // A document that does not decode is the registry's error to report.
+        if let Ok(obj) = serde_json::from_value::<S::Object>(patched.clone()) {
+            let decoded = serde_json::to_value(&obj).map_err(ApiError::internal)?;
+            let info = self.info();
+            let found = validation.check(
+                codec::unknown_fields(&patched, &decoded),
+                &info.kind,
+                &info.api_version(),
+            )?;
+            *warnings.lock().expect("warnings lock") = found;
+        }
+        Ok(patched)
     }
 
     fn renderer(&self, req: &ApiRequest) -> Result<Renderer, ApiError> {
@@ -239,32 +274,38 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 if info.namespaced && ns.is_none() {
                     return Err(ApiError::method_not_supported(reg.target(""), "create"));
                 }
-                let obj = self.decode(&req)?;
+                let (obj, warnings) = self.decode(&req)?;
                 let created = reg.create(ns, obj, req.dry_run()?).await?;
-                Ok(json(StatusCode::CREATED, &created))
+                Ok(with_warnings(
+                    json(StatusCode::CREATED, &created),
+                    &warnings,
+                ))
             }
             (Verb::Update, None | Some("status")) => {
                 let part = self.part(t.subresource.as_deref())?;
-                let obj = self.decode(&req)?;
+                let (obj, warnings) = self.decode(&req)?;
                 let (obj, created) = reg
                     .update(ns, req.name(), obj, part, req.dry_run()?)
                     .await?;
-                Ok(json(
-                    if created {
-                        StatusCode::CREATED
-                    } else {
-                        StatusCode::OK
-                    },
-                    &obj,
-                ))
+                let code = if created {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::OK
+                };
+                Ok(with_warnings(json(code, &obj), &warnings))
             }
             (Verb::Patch, None | Some("status")) => {
                 let part = self.part(t.subresource.as_deref())?;
                 let patch = Patch::parse(&req)?;
+                let validation = req.field_validation()?;
+                let warnings = std::sync::Mutex::new(Vec::new());
                 let obj = reg
-                    .patch(ns, req.name(), part, req.dry_run()?, |doc| patch.apply(doc))
+                    .patch(ns, req.name(), part, req.dry_run()?, |doc| {
+                        self.apply_patch(&patch, doc, validation, &warnings)
+                    })
                     .await?;
-                Ok(json(StatusCode::OK, &obj))
+                let warnings = warnings.into_inner().expect("warnings lock");
+                Ok(with_warnings(json(StatusCode::OK, &obj), &warnings))
             }
             (Verb::Delete, None) => {
                 let opts = delete_options(&req)?;
