@@ -367,8 +367,9 @@ async fn caching_by_hash() {
 }
 
 #[tokio::test]
-async fn v2_is_not_served() {
+async fn v2_is_an_empty_protobuf_document() {
     let s = server().await;
+    // Asked for as kubectl asks, answered as upstream answers (Go's parser rejects the `@`).
     let r = get_with(
         &s,
         "/openapi/v2",
@@ -379,6 +380,14 @@ async fn v2_is_not_served() {
         true,
     )
     .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.headers[header::CONTENT_TYPE],
+        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    );
+    assert!(r.body.starts_with(b"\x0a\x032.0"));
+    // As JSON there is nothing: the documents are v3.
+    let r = s.get("/openapi/v2").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     let status = r.json();
     assert_eq!(status["kind"], "Status");

@@ -1,8 +1,7 @@
 //! OpenAPI v3: the index at `/openapi/v3` and one document per served group version at
 //! `/openapi/v3/api/v1` and `/openapi/v3/apis/<group>/<version>`. kubectl reads them for
 //! `apply`/`create` (does the server take `fieldValidation`? how are lists merged?) and for
-//! `explain`. `/openapi/v2` is not served: kubectl asks for it only as protobuf and falls back
-//! to v3 on a 404.
+//! `explain`. `/openapi/v2` describes nothing: kubectl 1.27/1.28 only need it to parse.
 //!
 //! Documents are built from the resource table on first request, all at once (the index names
 //! each by a hash of its content), and kept until the served resources change.
@@ -253,14 +252,74 @@ pub async fn group_version(State(server): State<Arc<ApiServer>>, req: Request) -
     }
 }
 
-/// `GET /openapi/v2`: not served. kubectl asks for v2 only as protobuf and uses v3 after a 404.
-pub async fn v2() -> Response {
-    status_response(&ApiError::path_not_found())
+/// How clients ask for upstream's protobuf OpenAPI v2 document (gnostic's
+/// `openapi.v2.Document`): the old form with `@`, or the one upstream answers with, which Go's
+/// media type parser accepts.
+const V2_PROTOBUF_ASKED: &[&str] = &[
+    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+    V2_PROTOBUF,
+];
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+/// An OpenAPI v2 document that describes nothing: `swagger`, `info` and empty `paths`,
+/// protobuf-encoded. kubectl 1.27 and 1.28 parse `/openapi/v2` before every `create`, `apply`
+/// and `explain` and fail without it, although they then use v3 for field validation
+/// (`fieldValidation` is listed there) and explain; 1.29+ never ask. Definitions are left out
+/// on purpose: a client that reads v2 for schemas finds none rather than stale copies.
+fn empty_v2_document() -> Vec<u8> {
+    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        // Tag (wire type 2), varint length, bytes.
+        let mut out = vec![(number << 3) | 2];
+        let mut len = bytes.len();
+        while len >= 0x80 {
+            out.push((len as u8 & 0x7f) | 0x80);
+            len >>= 7;
+        }
+        out.push(len as u8);
+        out.extend_from_slice(bytes);
+        out
+    }
+    let release = crate::server::version_info().git_version;
+    let release = release.split('+').next().unwrap_or_default();
+    let info = [field(1, b"Kubernetes"), field(2, release.as_bytes())].concat();
+    [field(1, b"2.0"), field(2, &info), field(8, &[])].concat()
+}
+
+/// `GET /openapi/v2`: as protobuf, an empty document (see [`empty_v2_document`]); as anything
+/// else, 404. The real documents are v3.
+pub async fn v2(req: Request) -> Response {
+    let wants_protobuf = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| V2_PROTOBUF_ASKED.iter().any(|t| a.contains(t)));
+    if !wants_protobuf {
+        return status_response(&ApiError::path_not_found());
+    }
+    let mut resp = Response::new(Body::from(empty_v2_document()));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(V2_PROTOBUF));
+    resp
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn empty_v2_is_protobuf() {
+        let doc = empty_v2_document();
+        // swagger = "2.0"
+        assert_eq!(&doc[..5], b"\x0a\x032.0");
+        // info { title = "Kubernetes", version = "v1.32.4" }
+        assert_eq!(doc[5], 0x12);
+        assert_eq!(
+            &doc[7..7 + doc[6] as usize],
+            b"\x0a\x0aKubernetes\x12\x07v1.32.4"
+        );
+        // paths {}
+        assert_eq!(&doc[doc.len() - 2..], b"\x42\x00");
+    }
 
     #[test]
     fn accept_and_etags() {
