@@ -185,9 +185,10 @@ async fn configmap_lifecycle(k: &Kubectl, client: &kube::Client) -> anyhow::Resu
         &k.ok(&["label", "configmap", &name, "tier=conformance"], None)?,
         "labeled",
     )?;
+    // kubectl 1.27 prints "annotate", later versions "annotated".
     contains(
         &k.ok(&["annotate", "configmap", &name, "note=checked"], None)?,
-        "annotated",
+        "annotate",
     )?;
     let labeled = api.get(&name).await?;
     ensure!(
