@@ -1282,3 +1282,22 @@ async fn tables_and_partial_metadata() {
         (StatusCode::NOT_ACCEPTABLE, Some("NotAcceptable"))
     );
 }
+
+/// A read for a resourceVersion just ahead of the store waits for it instead of failing.
+#[tokio::test]
+async fn reads_wait_for_a_revision_about_to_exist() {
+    let s = server().await;
+    let next = s.server.store.current_revision().await.unwrap() + 1;
+    let path = format!("{CMS}?resourceVersion={next}&resourceVersionMatch=NotOlderThan");
+    let (list, _) = tokio::join!(s.get(&path), async {
+        tokio::task::yield_now().await;
+        s.post(CMS, cm("arrives")).await
+    });
+    assert_eq!(
+        list.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&list.body)
+    );
+    assert!(rv(&list.json()) >= next);
+}

@@ -246,22 +246,45 @@ impl<S: Strategy> GenericRegistry<S> {
 
     /// Waits (briefly) until the store has reached `rev`, as reads with NotOlderThan do.
     pub async fn wait_for_revision(&self, rev: Revision) -> Result<(), ApiError> {
-        let deadline = Instant::now() + FUTURE_REVISION_WAIT;
-        loop {
-            let current = self
-                .store
-                .current_revision()
-                .await
-                .map_err(|e| self.store_error("", e))?;
-            if current >= rev {
-                return Ok(());
+        let current = self
+            .store
+            .current_revision()
+            .await
+            .map_err(|e| self.store_error("", e))?;
+        if current >= rev {
+            return Ok(());
+        }
+        // Every write and progress report of the whole store passes by this watch.
+        let mut changes = self
+            .store
+            .watch("/", current)
+            .await
+            .map_err(|e| self.store_error("", e))?;
+        let reached = tokio::time::timeout(FUTURE_REVISION_WAIT, async {
+            while let Some(item) = changes.next().await {
+                match item {
+                    Ok(event) if event.revision() >= rev => return true,
+                    Ok(_) => {}
+                    Err(_) => return false,
+                }
             }
-            if Instant::now() >= deadline {
-                return Err(ApiError::too_large_resource_version(rev, current));
+            false
+        })
+        .await;
+        match reached {
+            Ok(true) => Ok(()),
+            _ => {
+                let current = self
+                    .store
+                    .current_revision()
+                    .await
+                    .map_err(|e| self.store_error("", e))?;
+                if current >= rev {
+                    Ok(())
+                } else {
+                    Err(ApiError::too_large_resource_version(rev, current))
+                }
             }
-            // The store has no "revision reached" signal across backends; a short re-check
-            // bounded by the deadline keeps this rare path simple.
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

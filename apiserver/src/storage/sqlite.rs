@@ -525,30 +525,23 @@ impl Writer {
     /// Applies a committed batch to memory, then wakes watchers and answers writers.
     fn publish(&mut self, applied: Vec<Applied>, revision: Revision) {
         let window_cap = self.shared.options.event_window;
-        let mut replies = Vec::with_capacity(applied.len());
         {
             let mut state = self.shared.state.write().expect("state lock");
-            for a in applied {
+            for a in &applied {
                 match a {
-                    Applied::Put { kv, prev, reply } => {
+                    Applied::Put { kv, prev, .. } => {
                         state.live.insert(kv.key.clone(), kv.clone());
                         state.window.push_back(Event::Put {
                             kv: kv.clone(),
-                            prev,
+                            prev: prev.clone(),
                         });
-                        replies.push((Some((reply, kv)), None));
                     }
-                    Applied::Delete {
-                        prev,
-                        revision,
-                        reply,
-                    } => {
+                    Applied::Delete { prev, revision, .. } => {
                         state.live.remove(&prev.key);
                         state.window.push_back(Event::Delete {
                             prev: prev.clone(),
-                            revision,
+                            revision: *revision,
                         });
-                        replies.push((None, Some((reply, prev, revision))));
                     }
                 }
             }
@@ -561,12 +554,19 @@ impl Writer {
         }
         self.shared.metrics.revision.set(revision);
         self.shared.notify.send_replace(revision);
-        for (put, del) in replies {
-            if let Some((reply, kv)) = put {
-                let _ = reply.send(Ok(kv));
-            }
-            if let Some((reply, prev, rev)) = del {
-                let _ = reply.send(Ok((prev, rev)));
+        // Answer only once readers and watchers can see the writes.
+        for a in applied {
+            match a {
+                Applied::Put { kv, reply, .. } => {
+                    let _ = reply.send(Ok(kv));
+                }
+                Applied::Delete {
+                    prev,
+                    revision,
+                    reply,
+                } => {
+                    let _ = reply.send(Ok((prev, revision)));
+                }
             }
         }
     }
