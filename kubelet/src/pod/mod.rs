@@ -1,0 +1,7 @@
+//! Pods on this node: what the runtime holds for each ([`model`]), what to do next
+//! ([`actions`]), when to retry ([`backoff`]) and what to report ([`status`]).
+
+pub mod actions;
+pub mod backoff;
+pub mod model;
+pub mod status;
