@@ -161,7 +161,7 @@ pub fn group_by_pod(
     }
     for pod in pods.values_mut() {
         pod.sandboxes
-            .sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
         pod.containers.sort_by(|a, b| {
             b.created_at
                 .cmp(&a.created_at)
