@@ -2,5 +2,7 @@
 //! and reports their status. Everything it knows comes from the API server and the runtime;
 //! it keeps no files of its own as the source of truth.
 
+pub mod config;
+pub mod env;
 pub mod pod;
 pub mod runtime;

@@ -4,4 +4,5 @@
 pub mod actions;
 pub mod backoff;
 pub mod model;
+pub mod spec;
 pub mod status;
