@@ -52,6 +52,13 @@ impl Backoff {
         now.saturating_sub(since) < e.backoff.as_nanos() as i64
     }
 
+    /// Whether the last recorded failure is still inside its back-off window at `now`.
+    pub fn in_backoff(&self, key: &str, now: i64) -> bool {
+        self.entries
+            .get(key)
+            .is_some_and(|e| self.in_backoff_since(key, e.last_update, now))
+    }
+
     /// Records a failure at `at`, doubling the window (or starting it).
     pub fn next(&mut self, key: &str, at: i64) {
         let (initial, max) = (self.initial, self.max);

@@ -3,6 +3,8 @@
 
 pub mod actions;
 pub mod backoff;
+pub mod manager;
 pub mod model;
 pub mod spec;
 pub mod status;
+pub mod worker;
