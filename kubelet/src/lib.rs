@@ -8,6 +8,7 @@ pub mod config;
 pub mod env;
 pub mod node;
 pub mod pod;
+pub mod probe;
 pub mod runtime;
 
 use std::sync::{Arc, Mutex};
@@ -67,7 +68,10 @@ pub async fn run(
         controller: "kubelet".into(),
         instance: Some(config.node_name.clone()),
     };
+    let (wake, wakes) = tokio::sync::mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
+        prober: probe::Prober::default(),
+        wake,
         config: config.clone(),
         client: client.clone(),
         runtime,
@@ -76,6 +80,6 @@ pub async fn run(
         node_memory: capacity.memory_bytes as f64,
         memory: Mutex::new(Memory::default()),
     });
-    tokio::join!(agent.run(node), pod::manager::run(shared));
+    tokio::join!(agent.run(node), pod::manager::run(shared, wakes));
     Ok(())
 }

@@ -70,16 +70,25 @@ impl PodManager {
                         tracing::warn!(pod_uid = %uid, error = %e, "cleaning up a deleted pod failed");
                     }
                 }
+                self.shared.prober.forget_pod(&uid);
                 self.finish(&uid);
                 return;
             };
             match tracing::Instrument::instrument(self.shared.sync(&pod), span).await {
                 Ok(outcome) if outcome.done => {
+                    self.shared.prober.forget_pod(&uid);
                     self.finish(&uid);
                     return;
                 }
                 Ok(outcome) => {
                     failures = 0;
+                    self.shared.prober.sync(
+                        &self.shared,
+                        &pod,
+                        &outcome.running,
+                        &outcome.pod_ip,
+                        &self.shared.wake,
+                    );
                     next = tokio::time::Instant::now()
                         + outcome.requeue_after.unwrap_or(RESYNC).min(RESYNC);
                 }
@@ -126,7 +135,8 @@ impl PodManager {
 }
 
 /// Watches this node's pods and keeps every pod's worker running until the node agent stops.
-pub async fn run(shared: Arc<Shared>) {
+/// `wakes` carries pod UIDs whose probe results changed.
+pub async fn run(shared: Arc<Shared>, mut wakes: mpsc::UnboundedReceiver<String>) {
     let node = shared.config.node_name.clone();
     let api: Api<Pod> = Api::all(shared.client.clone());
     let (store, writer) = reflector::store();
@@ -183,5 +193,13 @@ pub async fn run(shared: Arc<Shared>) {
             }
         })
     };
-    tokio::join!(watch, relist);
+    let woken = {
+        let manager = manager.clone();
+        async move {
+            while let Some(uid) = wakes.recv().await {
+                manager.trigger(&uid);
+            }
+        }
+    };
+    tokio::join!(watch, relist, woken);
 }

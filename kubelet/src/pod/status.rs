@@ -148,9 +148,16 @@ fn statuses(
                 status.last_state = Some(convert(p, inp.messages.get(&p.id)));
             }
             if l.state == State::Running {
-                let probe = inp.probes.get(&l.id).copied().unwrap_or_default();
-                status.ready = probe.ready;
-                status.started = Some(probe.started);
+                // Unprobed containers are started and ready as soon as they run.
+                let probe = inp.probes.get(&l.id).copied();
+                let started = c.startup_probe.is_none() || probe.is_some_and(|p| p.started);
+                let ready = if c.readiness_probe.is_some() {
+                    probe.is_some_and(|p| p.ready)
+                } else {
+                    started
+                };
+                status.ready = !init && ready;
+                status.started = Some(started);
             } else {
                 status.started = Some(false);
             }
@@ -574,7 +581,9 @@ mod tests {
         assert!(cs.ready && cs.started == Some(true));
         assert_eq!(cs.container_id.as_deref(), Some("containerd://a-0"));
         assert_eq!(cond(&s, "Ready").status, "True");
-        // Not yet ready: the conditions say which container.
+        // A readiness probe that has not passed: the conditions say which container.
+        let mut p = p;
+        p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Default::default());
         let s = status_of(&p, &runtime(vec![ctr("a", State::Running, 0, 0)]), &[], &[]);
         assert_eq!(
             cond(&s, "ContainersReady").message.as_deref(),

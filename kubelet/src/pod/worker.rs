@@ -57,10 +57,16 @@ pub struct Outcome {
     pub requeue_after: Option<Duration>,
     /// The pod is finished with on this node: its worker may stop.
     pub done: bool,
+    /// Running containers (ID, name) and the pod IP, for the prober.
+    pub running: Vec<(String, String)>,
+    pub pod_ip: String,
 }
 
 /// Everything pod syncs share.
 pub struct Shared {
+    pub prober: crate::probe::Prober,
+    /// Asks the pod manager to sync a pod (by UID) soon.
+    pub wake: tokio::sync::mpsc::UnboundedSender<String>,
     pub config: KubeletConfig,
     pub client: kube::Client,
     pub runtime: Arc<dyn Runtime>,
@@ -149,6 +155,11 @@ impl Shared {
         if let Err(e) = self.recorder.publish(&event, &object_ref(pod, field)).await {
             tracing::debug!(error = %e, reason, "recording an event failed");
         }
+    }
+
+    /// An event about one of the pod's containers.
+    pub async fn event_about(&self, pod: &Pod, container: &str, reason: &str, note: String) {
+        self.event(pod, Some(container), true, reason, note).await;
     }
 
     /// The runtime's view of one pod, with full container statuses.
@@ -714,6 +725,20 @@ impl Shared {
         }
         let rt = self.runtime_pod(&pod_uid).await?;
         self.report(pod, &rt).await?;
+        outcome.running = rt
+            .containers
+            .iter()
+            .filter(|c| c.state == State::Running)
+            .map(|c| (c.id.clone(), c.name.clone()))
+            .collect();
+        outcome.pod_ip = if actions::host_network(pod) {
+            self.config.node_ip.to_string()
+        } else {
+            rt.sandboxes
+                .first()
+                .and_then(|s| s.ip.clone())
+                .unwrap_or_default()
+        };
         Ok(outcome)
     }
 
@@ -746,8 +771,8 @@ impl Shared {
             Err(e) => return Err(e.into()),
         }
         Ok(Outcome {
-            requeue_after: None,
             done: true,
+            ..Default::default()
         })
     }
 }

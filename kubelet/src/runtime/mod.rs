@@ -451,3 +451,5 @@ pub fn image_spec(image: &str) -> cri::ImageSpec {
         ..Default::default()
     }
 }
+
+pub mod fake;
