@@ -4,3 +4,4 @@
 
 pub mod pod;
 pub mod runtime;
+pub mod volumes;
