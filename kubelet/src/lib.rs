@@ -10,6 +10,7 @@ pub mod node;
 pub mod pod;
 pub mod probe;
 pub mod runtime;
+pub mod volumes;
 
 use std::sync::{Arc, Mutex};
 
