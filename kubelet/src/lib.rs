@@ -70,7 +70,12 @@ pub async fn run(
         instance: Some(config.node_name.clone()),
     };
     let (wake, wakes) = tokio::sync::mpsc::unbounded_channel();
+    let volumes = volumes::VolumeManager::new(config.pods_dir(), client.clone());
+    if let Err(e) = volumes.make_shared() {
+        tracing::warn!(error = %e, "making the pods directory a shared mount failed");
+    }
     let shared = Arc::new(Shared {
+        volumes,
         prober: probe::Prober::default(),
         wake,
         config: config.clone(),

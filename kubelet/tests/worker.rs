@@ -33,6 +33,7 @@ fn shared(api: &InProcess, fake: Arc<FakeRuntime>, dir: &std::path::Path) -> Sha
     let client = api.client();
     let (wake, _) = tokio::sync::mpsc::unbounded_channel();
     Shared {
+        volumes: minik8s_kubelet::volumes::VolumeManager::new(dir.join("pods"), client.clone()),
         prober: Default::default(),
         wake,
         config,

@@ -278,6 +278,7 @@ mod tests {
             hash: String::new(),
             log_path: String::new(),
             sandbox_id: "s1".into(),
+            termination_message: None,
         }
     }
 

@@ -46,6 +46,8 @@ pub struct RuntimeContainer {
     pub hash: String,
     pub log_path: String,
     pub sandbox_id: String,
+    /// What an exited container wrote to its termination message file.
+    pub termination_message: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -122,6 +124,15 @@ pub fn container_from_status(status: &cri::ContainerStatus, sandbox_id: &str) ->
             .unwrap_or_default(),
         log_path: status.log_path.clone(),
         sandbox_id: sandbox_id.to_string(),
+        termination_message: (ns_to_state(status.state) == State::Exited)
+            .then(|| {
+                let path = annotations
+                    .get(keys::TERMINATION_MESSAGE_PATH)
+                    .map(String::as_str)
+                    .unwrap_or("");
+                crate::volumes::read_termination_message(&status.mounts, path)
+            })
+            .flatten(),
     }
 }
 

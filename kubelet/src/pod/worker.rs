@@ -48,6 +48,7 @@ struct Sandbox<'a> {
     id: &'a str,
     config: &'a cri::PodSandboxConfig,
     pod_ip: &'a str,
+    volumes: &'a crate::volumes::PodVolumes,
 }
 
 /// What a sync asks of its caller.
@@ -64,6 +65,7 @@ pub struct Outcome {
 
 /// Everything pod syncs share.
 pub struct Shared {
+    pub volumes: crate::volumes::VolumeManager,
     pub prober: crate::probe::Prober,
     /// Asks the pod manager to sync a pod (by UID) soon.
     pub wake: tokio::sync::mpsc::UnboundedSender<String>,
@@ -341,6 +343,21 @@ impl Shared {
                 return false;
             }
         };
+        let env_map: BTreeMap<String, String> = env.iter().cloned().collect();
+        let mounts = match self.volumes.mounts(pod, sandbox.volumes, c, &env_map) {
+            Ok(m) => m,
+            Err(e) => {
+                self.event(pod, Some(&c.name), true, "Failed", format!("Error: {e}"))
+                    .await;
+                self.set_waiting(
+                    &pod_uid,
+                    &c.name,
+                    "CreateContainerConfigError",
+                    e.to_string(),
+                );
+                return false;
+            }
+        };
         let config = spec::container_config(
             pod,
             c,
@@ -348,7 +365,7 @@ impl Shared {
                 image_ref: &image_ref,
                 attempt,
                 env: &env,
-                mounts: Vec::new(),
+                mounts,
                 node_memory: self.node_memory,
                 init,
             },
@@ -522,6 +539,9 @@ impl Shared {
                 _ => {}
             }
         }
+        if let Err(e) = self.volumes.teardown(&rt.uid).await {
+            tracing::warn!(pod_uid = %rt.uid, error = %e, "tearing down volumes failed");
+        }
         let uid = rt.uid.replace('-', "_");
         let root = self.config.cgroup_root.trim_end_matches('/');
         for qos in ["", "besteffort/", "burstable/"] {
@@ -551,7 +571,11 @@ impl Shared {
                 m.probes.clone(),
             )
         };
-        let messages = HashMap::new();
+        let messages: HashMap<String, String> = rt
+            .containers
+            .iter()
+            .filter_map(|c| c.termination_message.clone().map(|m| (c.id.clone(), m)))
+            .collect();
         let host_ip = self.config.node_ip.to_string();
         let new = status::generate(&Inputs {
             pod,
@@ -623,6 +647,38 @@ impl Shared {
                 .unhealthy
                 .remove(&k.id);
         }
+        let needs_volumes =
+            plan.create_sandbox.is_some() || plan.next_init.is_some() || !plan.start.is_empty();
+        let volumes = if needs_volumes {
+            match self.volumes.setup(pod).await {
+                Ok(v) => v,
+                Err(e) => {
+                    // Containers wait (ContainerCreating) until the volumes can be set up.
+                    self.event(pod, None, true, e.reason(), e.to_string()).await;
+                    if e.reason() == "CreateContainerConfigError" {
+                        for c in &spec.containers {
+                            self.set_waiting(
+                                &pod_uid,
+                                &c.name,
+                                "CreateContainerConfigError",
+                                e.to_string(),
+                            );
+                        }
+                    }
+                    let rt = self.runtime_pod(&pod_uid).await?;
+                    self.report(pod, &rt).await?;
+                    return Ok(Outcome {
+                        requeue_after: Some(Duration::from_secs(2)),
+                        ..Default::default()
+                    });
+                }
+            }
+        } else {
+            if let Err(e) = self.volumes.refresh(pod).await {
+                tracing::debug!(pod = %pod_display(pod), error = %e, "refreshing volumes failed");
+            }
+            Default::default()
+        };
         let mut sandbox_id = plan.sandbox_id.clone();
         let attempt = plan
             .create_sandbox
@@ -682,6 +738,7 @@ impl Shared {
                                 id: sandbox_id,
                                 config: &sandbox,
                                 pod_ip: &pod_ip,
+                                volumes: &volumes,
                             },
                             c,
                             attempt,
@@ -707,6 +764,7 @@ impl Shared {
                             id: sandbox_id,
                             config: &sandbox,
                             pod_ip: &pod_ip,
+                            volumes: &volumes,
                         },
                         c,
                         attempt,
