@@ -216,9 +216,11 @@ impl FieldValidation {
             .iter()
             .map(|f| format!("unknown field {f:?}"))
             .collect();
+        // Upstream names the version without its group here (`Deployment in version "v1"`).
+        let version = api_version.rsplit('/').next().unwrap_or(api_version);
         match self {
             FieldValidation::Strict => Err(ApiError::bad_request(format!(
-                "{kind} in version {api_version:?} cannot be handled as a {kind}: strict decoding error: {}",
+                "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
                 fields.join(", ")
             ))),
             _ => Ok(fields),
@@ -275,14 +277,27 @@ pub fn decode_validated<T: DeserializeOwned + Serialize>(
     require_type: bool,
     validation: FieldValidation,
 ) -> Result<(T, Vec<String>), ApiError> {
+    decode_pruned(value, kind, api_version, require_type, validation, |_| {})
+}
+
+/// [`decode_validated`] for kinds that drop unknown fields after decoding (`prune`: custom
+/// resources' pruning by their schema); what `prune` drops counts as unknown.
+pub fn decode_pruned<T: DeserializeOwned + Serialize>(
+    value: serde_json::Value,
+    kind: &str,
+    api_version: &str,
+    require_type: bool,
+    validation: FieldValidation,
+    prune: impl FnOnce(&mut T),
+) -> Result<(T, Vec<String>), ApiError> {
     if validation == FieldValidation::Ignore {
-        return Ok((
-            decode_object(value, kind, api_version, require_type)?,
-            Vec::new(),
-        ));
+        let mut obj = decode_object(value, kind, api_version, require_type)?;
+        prune(&mut obj);
+        return Ok((obj, Vec::new()));
     }
     let input = value.clone();
-    let obj: T = decode_object(value, kind, api_version, require_type)?;
+    let mut obj: T = decode_object(value, kind, api_version, require_type)?;
+    prune(&mut obj);
     let decoded = serde_json::to_value(&obj).map_err(ApiError::internal)?;
     let warnings = validation.check(unknown_fields(&input, &decoded), kind, api_version)?;
     Ok((obj, warnings))
