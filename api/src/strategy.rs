@@ -2,9 +2,10 @@
 //! defaulting, validation, what an update may change, which fields selectors can use.
 //!
 //! Built-in kinds implement [`Kind`] on their k8s-openapi type; [`BuiltIn`] turns that into a
-//! [`Strategy`]. Custom resources bring their own `Strategy` over `DynamicObject`.
+//! [`Strategy`]. Custom resources bring their own (`crd::CustomStrategy` over `CustomObject`).
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
@@ -125,6 +126,18 @@ pub trait Strategy: Send + Sync + 'static {
     fn deletion_forbidden(&self, obj: &Self::Object) -> Option<&'static str>;
     fn decode_stored(&self, bytes: &[u8]) -> Result<Self::Object, String>;
     fn encode_stored(&self, obj: &Self::Object) -> Result<Vec<u8>, String>;
+    /// Drops from a decoded body what the kind does not know (custom resources' pruning by
+    /// their schema); built-in kinds lose unknown fields in decoding already.
+    fn prune(&self, _obj: &mut Self::Object) {}
+    /// The kind's Table columns when they are its own (custom resources'
+    /// `additionalPrinterColumns`) rather than upstream's built-in printers.
+    fn columns(&self) -> Option<Arc<crate::crd::Columns>> {
+        None
+    }
+    /// The storage key prefix of the resource.
+    fn key_root(&self) -> String {
+        self.info().key_root()
+    }
 }
 
 /// The strategy of a built-in kind.

@@ -16,6 +16,8 @@ pub enum ErrorKind {
     NotSupported,
     TooLong,
     TooMany,
+    /// A value of the wrong type (custom resources' schema validation).
+    TypeInvalid,
 }
 
 impl ErrorKind {
@@ -28,6 +30,7 @@ impl ErrorKind {
             ErrorKind::NotSupported => "FieldValueNotSupported",
             ErrorKind::TooLong => "FieldValueTooLong",
             ErrorKind::TooMany => "FieldValueTooMany",
+            ErrorKind::TypeInvalid => "FieldValueTypeInvalid",
         }
     }
 
@@ -40,6 +43,7 @@ impl ErrorKind {
             ErrorKind::NotSupported => "Unsupported value",
             ErrorKind::TooLong => "Too long",
             ErrorKind::TooMany => "Too many",
+            ErrorKind::TypeInvalid => "Invalid value",
         }
     }
 }

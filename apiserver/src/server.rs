@@ -97,6 +97,19 @@ impl ApiServer {
         self.openapi.invalidate();
     }
 
+    /// Stops serving a resource (a custom resource whose CRD changed or went away).
+    pub fn unregister(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<dyn Endpoint>> {
+        let key = (group.to_string(), version.to_string(), plural.to_string());
+        let removed = self.endpoints.write().expect("endpoints lock").remove(&key);
+        self.openapi.invalidate();
+        removed
+    }
+
     pub fn endpoint(&self, group: &str, version: &str, plural: &str) -> Option<Arc<dyn Endpoint>> {
         let key = (group.to_string(), version.to_string(), plural.to_string());
         self.endpoints
@@ -347,6 +360,8 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
     let address = SocketAddr::new(advertised, config.secure_port).to_string();
     let server = ApiServer::new(store, metrics, auth, config.serve.clone(), address);
     server.bootstrap().await.map_err(ServerError::Bootstrap)?;
+    // Serves the custom resources of the stored CRDs before answering, then follows changes.
+    crate::registry::crd_controller::start(&server).await?;
     Ok(Prepared {
         server,
         pki,

@@ -746,6 +746,27 @@ impl Kind for CustomResourceDefinition {
         self.spec = old.spec.clone();
     }
 
+    /// Upstream's CRD delete: the CRD stays, Terminating, with the cleanup finalizer until the
+    /// CRD controller has deleted its custom resources.
+    fn begin_delete(&mut self) -> bool {
+        use crate::crd::names::{CLEANUP_FINALIZER, TERMINATING, condition, set_condition};
+        let finalizers = self.metadata.finalizers.get_or_insert_with(Vec::new);
+        if !finalizers.iter().any(|f| f == CLEANUP_FINALIZER) {
+            finalizers.push(CLEANUP_FINALIZER.to_string());
+        }
+        set_condition(
+            self.status.get_or_insert_with(Default::default),
+            condition(
+                TERMINATING,
+                "True",
+                "InstanceDeletionPending",
+                "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
+            ),
+            &crate::meta::now(),
+        );
+        true
+    }
+
     fn spec_changed(&self, old: &Self) -> Option<bool> {
         Some(self.spec != old.spec)
     }

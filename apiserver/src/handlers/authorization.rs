@@ -134,6 +134,7 @@ impl ReviewEndpoint {
             &self.info.api_version(),
             false,
             req.field_validation()?,
+            |_| {},
         )
     }
 

@@ -388,9 +388,11 @@ impl FieldValidation {
             .map(|f| format!("unknown field {f:?}"))
             .chain(duplicate.iter().map(|f| format!("duplicate field {f:?}")))
             .collect();
+        // Upstream names the version without its group here (`Deployment in version "v1"`).
+        let version = api_version.rsplit('/').next().unwrap_or(api_version);
         match self {
             FieldValidation::Strict => Err(ApiError::bad_request(format!(
-                "{kind} in version {api_version:?} cannot be handled as a {kind}: strict decoding error: {}",
+                "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
                 fields.join(", ")
             ))),
             _ => Ok(fields),
@@ -447,14 +449,27 @@ pub fn decode_validated<T: DeserializeOwned + Serialize>(
     require_type: bool,
     validation: FieldValidation,
 ) -> Result<(T, Vec<String>), ApiError> {
+    decode_pruned(value, kind, api_version, require_type, validation, |_| {})
+}
+
+/// [`decode_validated`] for kinds that drop unknown fields after decoding (`prune`: custom
+/// resources' pruning by their schema); what `prune` drops counts as unknown.
+pub fn decode_pruned<T: DeserializeOwned + Serialize>(
+    value: serde_json::Value,
+    kind: &str,
+    api_version: &str,
+    require_type: bool,
+    validation: FieldValidation,
+    prune: impl FnOnce(&mut T),
+) -> Result<(T, Vec<String>), ApiError> {
     if validation == FieldValidation::Ignore {
-        return Ok((
-            decode_object(value, kind, api_version, require_type)?,
-            Vec::new(),
-        ));
+        let mut obj = decode_object(value, kind, api_version, require_type)?;
+        prune(&mut obj);
+        return Ok((obj, Vec::new()));
     }
     let input = value.clone();
-    let obj: T = decode_object(value, kind, api_version, require_type)?;
+    let mut obj: T = decode_object(value, kind, api_version, require_type)?;
+    prune(&mut obj);
     let decoded = serde_json::to_value(&obj).map_err(ApiError::internal)?;
     let warnings = validation.check(unknown_fields(&input, &decoded), kind, api_version)?;
     Ok((obj, warnings))
@@ -462,7 +477,8 @@ pub fn decode_validated<T: DeserializeOwned + Serialize>(
 
 /// A request body decoded as `kind` at `api_version`, with the checks `validation` asks for
 /// (unknown and duplicate fields; protobuf bodies have neither, as upstream): the object and
-/// the warnings to send with the response.
+/// the warnings to send with the response. `prune` drops what a custom resource's schema does
+/// not know; what it drops counts as unknown.
 pub fn decode_body<T: DeserializeOwned + Serialize>(
     content_type: Option<&str>,
     body: &Bytes,
@@ -470,6 +486,7 @@ pub fn decode_body<T: DeserializeOwned + Serialize>(
     api_version: &str,
     require_type: bool,
     validation: FieldValidation,
+    prune: impl FnOnce(&mut T),
 ) -> Result<(T, Vec<String>), ApiError> {
     let parsed = parse_body_as(
         content_type,
@@ -479,13 +496,13 @@ pub fn decode_body<T: DeserializeOwned + Serialize>(
         validation != FieldValidation::Ignore,
     )?;
     if parsed.protobuf || validation == FieldValidation::Ignore {
-        return Ok((
-            decode_object(parsed.value, kind, api_version, require_type)?,
-            Vec::new(),
-        ));
+        let mut obj = decode_object(parsed.value, kind, api_version, require_type)?;
+        prune(&mut obj);
+        return Ok((obj, Vec::new()));
     }
     let input = parsed.value.clone();
-    let obj: T = decode_object(parsed.value, kind, api_version, require_type)?;
+    let mut obj: T = decode_object(parsed.value, kind, api_version, require_type)?;
+    prune(&mut obj);
     let decoded = serde_json::to_value(&obj).map_err(ApiError::internal)?;
     let warnings = validation.check_fields(
         unknown_fields(&input, &decoded),

@@ -12,6 +12,7 @@ use kube_core::discovery::v2::{
     APIVersionDiscovery, GroupVersionKind,
 };
 use minik8s_api::ResourceInfo;
+use minik8s_api::crd::version::compare_priority;
 use minik8s_api::registry::group_order;
 
 use super::codec::json;
@@ -101,6 +102,11 @@ fn grouped(resources: &[ResourceInfo]) -> Vec<(String, Versions<'_>)> {
             Some((_, list)) => list.push(r),
             None => versions.push((r.version.clone(), vec![r])),
         }
+    }
+    // A group's preferred version first, as upstream orders versions (custom resources' groups
+    // may serve several).
+    for (_, versions) in &mut groups {
+        versions.sort_by(|(a, _), (b, _)| compare_priority(a, b));
     }
     groups
 }

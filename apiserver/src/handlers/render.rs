@@ -7,6 +7,9 @@ use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use std::sync::Arc;
+
+use minik8s_api::crd::Columns;
 use minik8s_api::{ApiError, table};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -166,6 +169,8 @@ pub struct Renderer {
     pub kind: String,
     pub api_version: String,
     pub list_kind: String,
+    /// The kind's own columns (custom resources); upstream's printers otherwise.
+    pub columns: Option<Arc<Columns>>,
 }
 
 fn partial(mut value: Value) -> Value {
@@ -188,8 +193,11 @@ const PARTIAL_LIST_TYPE: &str = "application/json;as=PartialObjectMetadataList;v
 
 impl Renderer {
     fn row(&self, value: Value, now: jiff::Timestamp, include: Include) -> Result<Value, ApiError> {
-        let row = table::row(&self.group, &self.kind, &value, now)
-            .map_err(|e| ApiError::internal(format!("printing a table row: {e}")))?;
+        let row = match &self.columns {
+            Some(columns) => columns.row(&value, now),
+            None => table::row(&self.group, &self.kind, &value, now)
+                .map_err(|e| ApiError::internal(format!("printing a table row: {e}")))?,
+        };
         let mut out = json!({"cells": row.cells});
         if !row.conditions.is_empty() {
             out["conditions"] = serde_json::to_value(&row.conditions).unwrap_or_default();
@@ -215,7 +223,11 @@ impl Renderer {
             .map(|v| self.row(v, now, include))
             .collect::<Result<Vec<_>, _>>()?;
         let columns = if headers {
-            serde_json::to_value(table::columns(&self.group, &self.kind)).unwrap_or_default()
+            let definitions = match &self.columns {
+                Some(columns) => columns.definitions(),
+                None => table::columns(&self.group, &self.kind),
+            };
+            serde_json::to_value(definitions).unwrap_or_default()
         } else {
             json!([])
         };

@@ -162,6 +162,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
             &info.api_version(),
             false,
             validation,
+            |obj| self.registry.strategy.prune(obj),
         )
     }
 
@@ -175,12 +176,13 @@ impl<S: Strategy> ResourceEndpoint<S> {
         warnings: &std::sync::Mutex<Vec<String>>,
     ) -> Result<serde_json::Value, ApiError> {
         let patched = patch.apply(doc)?;
-        if validation == FieldValidation::Ignore {
-            return Ok(patched);
-        }
         // A document that does not decode is the registry's error to report.
-        if let Ok(obj) = serde_json::from_value::<S::Object>(patched.clone()) {
+        if let Ok(mut obj) = serde_json::from_value::<S::Object>(patched.clone()) {
+            self.registry.strategy.prune(&mut obj);
             let decoded = serde_json::to_value(&obj).map_err(ApiError::internal)?;
+            if validation == FieldValidation::Ignore {
+                return Ok(decoded);
+            }
             let info = self.info();
             let found = validation.check(
                 codec::unknown_fields(&patched, &decoded),
@@ -188,6 +190,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 &info.api_version(),
             )?;
             *warnings.lock().expect("warnings lock") = found;
+            return Ok(decoded);
         }
         Ok(patched)
     }
@@ -210,6 +213,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
             kind: info.kind.clone(),
             api_version: info.api_version(),
             list_kind: info.list_kind.clone(),
+            columns: self.registry.strategy.columns(),
         })
     }
 

@@ -115,7 +115,7 @@ fn invalid_options(field: &str, detail: &str) -> ApiError {
 
 impl<S: Strategy> GenericRegistry<S> {
     pub fn new(strategy: S, store: DynStore) -> Self {
-        let root = strategy.info().key_root();
+        let root = strategy.key_root();
         GenericRegistry {
             strategy,
             store,

@@ -1,3 +1,5 @@
 //! Registries: the storage-facing half of each resource (upstream's `registry` packages).
 
+pub mod crd_controller;
+pub mod custom;
 pub mod generic;

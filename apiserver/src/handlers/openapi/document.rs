@@ -456,6 +456,14 @@ pub const PATCH_MEDIA_TYPES: &[&str] = &[
     "application/strategic-merge-patch+json",
 ];
 
+/// The patch media types of custom resources, which upstream serves without strategic merge
+/// patch (kubectl then sends JSON merge patches).
+pub const CUSTOM_PATCH_MEDIA_TYPES: &[&str] = &[
+    "application/apply-patch+yaml",
+    "application/json-patch+json",
+    "application/merge-patch+json",
+];
+
 fn content(types: &[&str], schema: &str) -> Value {
     let mut m = Map::new();
     for t in types {
@@ -765,6 +773,10 @@ fn resource_paths(
     r: &ResourceInfo,
 ) {
     let gvk = Gvk::new(&r.group, &r.version, &r.kind);
+    let patch_types = match b.schemas.get(&gvk) {
+        Some(KindSchema::Json(_)) => CUSTOM_PATCH_MEDIA_TYPES,
+        _ => PATCH_MEDIA_TYPES,
+    };
     let kind = b.kind(&gvk);
     let list = b.list(r, &kind);
     let scope = if r.namespaced { "Namespaced" } else { "" };
@@ -808,7 +820,7 @@ fn resource_paths(
     let request = |payload: Payload, object: &str| match payload {
         Payload::Nothing => None,
         Payload::Patch => Some(json!({
-            "content": content(PATCH_MEDIA_TYPES, &schema(payload, object)),
+            "content": content(patch_types, &schema(payload, object)),
             "required": true,
         })),
         Payload::DeleteOptions => Some(json!({
