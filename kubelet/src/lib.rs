@@ -1,2 +1,6 @@
-//! The node agent: runs pods on containerd through the CRI. Arrives with the kubelet issue;
-//! until then this crate only holds its place in the workspace.
+//! The node agent: runs pods on containerd through the CRI. So far it holds what a node needs
+//! before the first pod: a private containerd (`containerd`), and images built on the machine
+//! and imported into containerd without a registry (`images`).
+
+pub mod containerd;
+pub mod images;
