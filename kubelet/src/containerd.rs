@@ -119,6 +119,9 @@ impl ContainerdConfig {
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("containerd.log")
     }
+    pub fn pid_path(&self) -> PathBuf {
+        self.dir.join("containerd.pid")
+    }
 
     /// containerd's configuration file (version 2, containerd 1.6).
     pub fn render(&self) -> String {
@@ -221,6 +224,7 @@ impl Containerd {
         for d in [config.cni_conf_dir(), config.runc_root(), config.opt_dir()] {
             std::fs::create_dir_all(&d).map_err(io(format!("creating {}", d.display())))?;
         }
+        stop_stale(&config);
         let path = config.config_path();
         std::fs::write(&path, config.render())
             .map_err(io(format!("writing {}", path.display())))?;
@@ -246,10 +250,14 @@ impl Containerd {
             .spawn()
             .map_err(io(format!("starting {}", config.binary.display())))?;
         tracing::info!(pid = child.id(), dir = %config.dir.display(), "started containerd");
+        let pid = child.id();
         let mut me = Containerd {
             config,
             child: Some(child),
         };
+        let pid_path = me.config.pid_path();
+        std::fs::write(&pid_path, format!("{pid}\n"))
+            .map_err(io(format!("writing {}", pid_path.display())))?;
         me.wait_ready(timeout).await?;
         Ok(me)
     }
@@ -358,17 +366,33 @@ impl Containerd {
                 }
             }
         }
-        self.stop();
+        // Stopping waits for processes to go: not on an async worker thread.
+        let _ = tokio::task::spawn_blocking(move || self.stop()).await;
     }
 
     /// Stops containerd (SIGTERM, then SIGKILL after a few seconds), kills the shims it
-    /// started and their containers, and detaches mounts left under its directory.
+    /// started and their containers, removes their cgroups and detaches mounts left under its
+    /// directory.
     pub fn stop(&mut self) {
+        self.halt(true);
+    }
+
+    /// Stops containerd alone: its shims and containers keep running, and a containerd
+    /// started later on the same directory takes them over (as across a k3s restart).
+    pub fn stop_keeping_containers(&mut self) {
+        self.halt(false);
+    }
+
+    fn halt(&mut self, everything: bool) {
         let Some(mut child) = self.child.take() else {
             return;
         };
         let socket = self.config.socket().to_string_lossy().into_owned();
-        let table = process_table();
+        let table = if everything {
+            process_table()
+        } else {
+            Vec::new()
+        };
         let shims: Vec<i32> = table
             .iter()
             .filter(|p| is_shim_of(&p.cmdline, &socket))
@@ -386,25 +410,12 @@ impl Containerd {
         cgroups.sort();
         cgroups.dedup();
 
-        let pgid = rustix::process::Pid::from_raw(child.id() as i32);
-        if let Some(pgid) = pgid {
-            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::TERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut exited = false;
-        while Instant::now() < deadline {
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                exited = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if !exited {
-            tracing::warn!(pid = child.id(), "containerd ignored SIGTERM; killing it");
-            if let Some(pgid) = pgid {
-                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
-            }
-            let _ = child.wait();
+        let pid = child.id() as i32;
+        terminate_group(pid, || matches!(child.try_wait(), Ok(Some(_))));
+        let _ = child.wait();
+        let _ = std::fs::remove_file(self.config.pid_path());
+        if !everything {
+            return;
         }
 
         // Containers first (what the shims run), then the shims.
@@ -433,6 +444,44 @@ impl Containerd {
             }
         }
         unmount_under(&self.config.dir);
+    }
+}
+
+/// SIGTERM to a process group, then SIGKILL if `exited` does not turn true within 5 s.
+fn terminate_group(pgid: i32, mut exited: impl FnMut() -> bool) {
+    let Some(pgid) = rustix::process::Pid::from_raw(pgid) else {
+        return;
+    };
+    let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::TERM);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if exited() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tracing::warn!(
+        pid = pgid.as_raw_nonzero().get(),
+        "containerd ignored SIGTERM; killing it"
+    );
+    let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+}
+
+/// A containerd that an earlier run of ours left behind on the same directory (its parent was
+/// killed before it could stop it) would hold the metadata database: stop it first.
+fn stop_stale(config: &ContainerdConfig) {
+    let Ok(text) = std::fs::read_to_string(config.pid_path()) else {
+        return;
+    };
+    let Ok(pid) = text.trim().parse::<i32>() else {
+        return;
+    };
+    let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).contains(&*config.config_path().to_string_lossy()))
+        .unwrap_or(false);
+    if ours && alive(pid) {
+        tracing::warn!(pid, "stopping a containerd left running on this directory");
+        terminate_group(pid, || !alive(pid));
     }
 }
 

@@ -3,8 +3,18 @@
 //! container in a pod sandbox through the CRI. Needs root and Debian's containerd, runc and
 //! busybox-static (hack/lib.sh `install_packages`).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+use containerd_client::services::v1::content_client::ContentClient;
+use containerd_client::services::v1::images_client::ImagesClient;
+use containerd_client::services::v1::leases_client::LeasesClient;
+use containerd_client::services::v1::snapshots::StatSnapshotRequest;
+use containerd_client::services::v1::snapshots::snapshots_client::SnapshotsClient;
+use containerd_client::services::v1::{
+    CreateRequest, DeleteImageRequest, DeleteRequest, InfoRequest,
+};
 
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
@@ -17,7 +27,11 @@ use k8s_cri::v1::{
 };
 use minik8s_kubelet::containerd::{Containerd, ContainerdConfig};
 use minik8s_kubelet::images::build::build;
-use minik8s_kubelet::images::{BuildOptions, ImageKind, ImportOptions, import_dir};
+use minik8s_kubelet::images::oci::{
+    ANNOTATION_REF_NAME, Descriptor, Index, MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST, Platform,
+    sha256_digest,
+};
+use minik8s_kubelet::images::{BuildOptions, ImageKind, ImportOptions, import_archive, import_dir};
 use tonic::transport::Channel;
 
 fn init_tracing() {
@@ -101,6 +115,112 @@ async fn image_status(channel: &Channel, image: &str) -> (String, Vec<String>) {
     )
     .await
 }
+/// A request in the CRI's containerd namespace.
+fn ns<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut()
+        .insert("containerd-namespace", "k8s.io".parse().unwrap());
+    req
+}
+
+/// Runs containerd's garbage collector now (deleting a lease with `sync` does).
+async fn collect_garbage(channel: &Channel) {
+    let mut leases = LeasesClient::new(channel.clone());
+    let id = "minik8s-test-gc".to_string();
+    leases
+        .create(ns(CreateRequest {
+            id: id.clone(),
+            labels: Default::default(),
+        }))
+        .await
+        .expect("creating a lease");
+    leases
+        .delete(ns(DeleteRequest { id, sync: true }))
+        .await
+        .expect("deleting a lease");
+}
+
+async fn snapshot_exists(channel: &Channel, key: &str) -> bool {
+    SnapshotsClient::new(channel.clone())
+        .stat(ns(StatSnapshotRequest {
+            snapshotter: "overlayfs".to_string(),
+            key: key.to_string(),
+        }))
+        .await
+        .is_ok()
+}
+
+async fn content_labels(channel: &Channel, digest: &str) -> Option<HashMap<String, String>> {
+    ContentClient::new(channel.clone())
+        .info(ns(InfoRequest {
+            digest: digest.to_string(),
+        }))
+        .await
+        .ok()
+        .and_then(|r| r.into_inner().info)
+        .map(|i| i.labels)
+}
+
+/// Copies an OCI layout archive, naming an image index (over its one manifest) instead of
+/// the manifest.
+fn write_index_archive(from: &Path, to: &Path, name: &str) {
+    let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut ar = tar::Archive::new(std::fs::File::open(from).unwrap());
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        if !e.header().entry_type().is_file() {
+            continue;
+        }
+        let path = e.path().unwrap().to_string_lossy().into_owned();
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut e, &mut data).unwrap();
+        entries.push((path, data));
+    }
+    let old: Index =
+        serde_json::from_slice(&entries.iter().find(|(p, _)| p == "index.json").unwrap().1)
+            .unwrap();
+    let mut manifest = old.manifests[0].clone();
+    manifest.annotations.clear();
+    manifest.platform = Some(Platform::host());
+    assert_eq!(manifest.media_type, MEDIA_TYPE_MANIFEST);
+    let index = Index {
+        schema_version: 2,
+        media_type: Some(MEDIA_TYPE_INDEX.to_string()),
+        manifests: vec![manifest],
+        annotations: Default::default(),
+    };
+    let index_blob = serde_json::to_vec(&index).unwrap();
+    let top = Index {
+        schema_version: 2,
+        media_type: Some(MEDIA_TYPE_INDEX.to_string()),
+        manifests: vec![Descriptor {
+            media_type: MEDIA_TYPE_INDEX.to_string(),
+            digest: sha256_digest(&index_blob),
+            size: index_blob.len() as u64,
+            annotations: [(ANNOTATION_REF_NAME.to_string(), name.to_string())].into(),
+            platform: None,
+        }],
+        annotations: Default::default(),
+    };
+    entries.retain(|(p, _)| p != "index.json");
+    entries.push((
+        format!(
+            "blobs/sha256/{}",
+            sha256_digest(&index_blob).trim_start_matches("sha256:")
+        ),
+        index_blob,
+    ));
+    entries.push(("index.json".to_string(), serde_json::to_vec(&top).unwrap()));
+    let mut out = tar::Builder::new(std::fs::File::create(to).unwrap());
+    for (path, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        out.append_data(&mut h, path, data.as_slice()).unwrap();
+    }
+    out.into_inner().unwrap();
+}
+
 /// A pod sandbox (host network) with one started container.
 struct Pod {
     pod: String,
@@ -353,6 +473,74 @@ async fn busybox_runs_from_imported_images() {
     }
 
     let channel = ctd.channel().await.expect("connecting");
+    // Without the import's lease, the labels keep everything alive: a synchronous garbage
+    // collection leaves the content and the snapshots in place.
+    collect_garbage(&channel).await;
+    for image in &imported {
+        assert!(
+            snapshot_exists(&channel, &image.chain_id).await,
+            "{}",
+            image.name
+        );
+        let labels = content_labels(&channel, &image.target.digest)
+            .await
+            .expect("the manifest");
+        assert_eq!(
+            labels.get("containerd.io/gc.ref.content.config"),
+            Some(&image.config_digest)
+        );
+        assert!(labels.contains_key("containerd.io/gc.ref.content.l.0"));
+        let labels = content_labels(&channel, &image.config_digest)
+            .await
+            .expect("the config");
+        assert_eq!(
+            labels.get("containerd.io/gc.ref.snapshot.overlayfs"),
+            Some(&image.chain_id)
+        );
+    }
+
+    // An image index (as multi-platform layouts have) imports too, labelled with its
+    // manifests, and reuses the unpacked snapshot.
+    let index_tar = dir.path().join("busybox-index.tar");
+    let index_name = "docker.io/library/busybox:index";
+    write_index_archive(&busybox.image.path, &index_tar, index_name);
+    let idx = import_archive(&ctd.socket(), &index_tar, &ImportOptions::default())
+        .await
+        .expect("importing an index");
+    assert_eq!(idx.len(), 1);
+    assert_eq!(idx[0].target.media_type, MEDIA_TYPE_INDEX);
+    assert_eq!(idx[0].blobs_written, 1, "only the index is new");
+    assert_eq!(idx[0].layers_unpacked, 0);
+    assert_eq!(idx[0].chain_id, bb.chain_id);
+    let labels = content_labels(&channel, &idx[0].target.digest)
+        .await
+        .expect("the index");
+    assert_eq!(
+        labels.get("containerd.io/gc.ref.content.m.0"),
+        Some(&busybox.image.manifest.digest)
+    );
+    image_status(&channel, "busybox:index").await;
+    // Deleting that image collects the index and nothing the other image still holds.
+    ImagesClient::new(channel.clone())
+        .delete(ns(DeleteImageRequest {
+            name: index_name.to_string(),
+            sync: true,
+            ..Default::default()
+        }))
+        .await
+        .expect("deleting an image");
+    assert!(
+        content_labels(&channel, &idx[0].target.digest)
+            .await
+            .is_none()
+    );
+    assert!(
+        content_labels(&channel, &busybox.image.manifest.digest)
+            .await
+            .is_some()
+    );
+    assert!(snapshot_exists(&channel, &bb.chain_id).await);
+
     // The CRI normalizes short names as docker.io/library/...
     let (id, tags) = image_status(&channel, "busybox:1.36").await;
     assert_eq!(id, busybox.image.config_digest);
@@ -448,10 +636,11 @@ async fn python_runs_from_imported_image() {
     ctd.shutdown().await;
 }
 
-/// Dropping a containerd that still runs containers takes its shims, their containers and
-/// their mounts with it.
+/// containerd can be stopped alone and a new one takes its containers over; one left running
+/// by a dead parent is stopped by the next start; dropping one that still runs containers
+/// takes its shims, their containers, cgroups and mounts with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_containerd_kills_what_it_started() {
+async fn containerd_restarts_and_teardown() {
     init_tracing();
     if !runtime_available() {
         return;
@@ -461,17 +650,14 @@ async fn dropping_containerd_kills_what_it_started() {
     let opts = BuildOptions::new(&images_dir);
     build(ImageKind::Pause, &opts).expect("building pause");
     build(ImageKind::Busybox, &opts).expect("building busybox");
-    let ctd = Containerd::start(
-        ContainerdConfig::new(dir.path().join("containerd")),
-        Duration::from_secs(20),
-    )
-    .await
-    .expect("starting containerd");
-    let socket = ctd.socket().to_string_lossy().into_owned();
-    import_dir(&ctd.socket(), &images_dir, &ImportOptions::default())
+    let config = ContainerdConfig::new(dir.path().join("containerd"));
+    let start = || Containerd::start(config.clone(), Duration::from_secs(20));
+    let mut first = start().await.expect("starting containerd");
+    let socket = first.socket().to_string_lossy().into_owned();
+    import_dir(&first.socket(), &images_dir, &ImportOptions::default())
         .await
         .expect("import");
-    let channel = ctd.channel().await.expect("connecting");
+    let channel = first.channel().await.expect("connecting");
     image_status(&channel, "busybox:1.36").await;
     // A container that would outlive the test, with a marker to find it by.
     let marker = format!("sleep {}", 100_000 + std::process::id() % 100_000);
@@ -491,8 +677,33 @@ async fn dropping_containerd_kills_what_it_started() {
     assert!(!processes_with(&socket).is_empty(), "shims name the socket");
     assert!(!mounts_under(dir.path()).is_empty(), "a rootfs is mounted");
 
+    // Stopped alone, containerd leaves the container running; the next one takes it over.
+    first.stop_keeping_containers();
+    assert!(!processes_with(&marker).is_empty(), "the container stopped");
+    let second = start().await.expect("restarting containerd");
+    assert_eq!(
+        container_state(&second, &pod.container).await,
+        ContainerState::ContainerRunning
+    );
+
+    // As if its parent had been killed: the next start stops it first.
+    let second_pid = second.pid().unwrap();
+    std::mem::forget(second);
+    let third = start().await.expect("starting over a stale containerd");
+    assert_ne!(third.pid(), Some(second_pid));
+    assert!(
+        processes_with(&config.config_path().to_string_lossy())
+            .iter()
+            .all(|p| !p.starts_with(&format!("{second_pid}:"))),
+        "the stale containerd runs on"
+    );
+    assert_eq!(
+        container_state(&third, &pod.container).await,
+        ContainerState::ContainerRunning
+    );
+
     let t = Instant::now();
-    drop(ctd);
+    drop(third);
     eprintln!("containerd dropped in {:?}", t.elapsed());
     assert_eq!(
         processes_with(&marker),
@@ -519,6 +730,21 @@ async fn dropping_containerd_kills_what_it_started() {
         Vec::<String>::new(),
         "cgroups are left"
     );
+}
+
+async fn container_state(ctd: &Containerd, id: &str) -> ContainerState {
+    let channel = ctd.channel().await.expect("connecting");
+    let status = RuntimeServiceClient::new(channel)
+        .container_status(ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        })
+        .await
+        .expect("ContainerStatus")
+        .into_inner()
+        .status
+        .expect("a status");
+    ContainerState::try_from(status.state).expect("a known state")
 }
 
 /// containerd's default cgroup of a container, `/k8s.io/<id>`, in any hierarchy.

@@ -714,6 +714,37 @@ libfoo
     }
 
     #[test]
+    fn builds_are_reproducible() {
+        let have_gcc = Command::new("gcc").arg("--version").output().is_ok();
+        let have_busybox = Path::new("/bin/busybox").exists();
+        let mut kinds = Vec::new();
+        if have_gcc {
+            kinds.push(ImageKind::Pause);
+        }
+        if have_busybox {
+            kinds.push(ImageKind::Busybox);
+        }
+        for kind in kinds {
+            let a = tempfile::tempdir().unwrap();
+            let b = tempfile::tempdir().unwrap();
+            let x = build(kind, &BuildOptions::new(a.path())).unwrap();
+            let y = build(kind, &BuildOptions::new(b.path().join("elsewhere"))).unwrap();
+            assert_eq!(x.image.manifest.digest, y.image.manifest.digest, "{kind}");
+            assert_eq!(
+                std::fs::read(&x.image.path).unwrap(),
+                std::fs::read(&y.image.path).unwrap()
+            );
+            assert!(a.path().join(kind.file_name()).is_file());
+            // Nothing but the archive is left in the output directory.
+            let left: Vec<_> = std::fs::read_dir(a.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left, [std::ffi::OsString::from(kind.file_name())]);
+        }
+    }
+
+    #[test]
     fn static_elf_detection() {
         if Path::new("/bin/busybox").exists() {
             assert!(is_static_elf(Path::new("/bin/busybox")).unwrap());
