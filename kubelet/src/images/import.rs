@@ -204,6 +204,32 @@ impl Archive {
     }
 }
 
+/// The full form of an image reference, as the CRI looks images up: `busybox:1.36` →
+/// `docker.io/library/busybox:1.36`, `example.com/x` → `example.com/x:latest`. `None` for
+/// what is no reference (empty, spaces, upper case in the path).
+pub fn normalize_reference(name: &str) -> Option<String> {
+    if name.is_empty() || name.chars().any(|c| c.is_whitespace()) {
+        return None;
+    }
+    let (first, rest) = match name.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            (first.to_string(), rest.to_string())
+        }
+        Some(_) => ("docker.io".to_string(), name.to_string()),
+        None => ("docker.io".to_string(), format!("library/{name}")),
+    };
+    let (path, suffix) = match rest.find(['@', ':']) {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest.as_str(), ":latest"),
+    };
+    if path.is_empty() || path.chars().any(|c| c.is_ascii_uppercase()) {
+        return None;
+    }
+    Some(format!("{first}/{path}{suffix}"))
+}
+
 fn is_index(media_type: &str) -> bool {
     media_type == MEDIA_TYPE_INDEX || media_type == MEDIA_TYPE_DOCKER_LIST
 }
@@ -344,14 +370,13 @@ impl Importer {
                 tracing::warn!(digest = %desc.digest, archive = %archive.path.display(), "skipping a manifest with no name");
                 continue;
             };
-            if !name.contains('/') && !name.contains(':') {
-                // A bare tag ("1.36"): upstream layouts name images so; we need a full name.
-                return Err(Error::Invalid(format!(
-                    "{}: {ANNOTATION_REF_NAME} {name:?} is not a full image reference",
+            let name = normalize_reference(name).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{}: {name:?} is not an image reference",
                     archive.path.display()
-                )));
-            }
-            out.push(self.import_image(archive, name, desc, lease).await?);
+                ))
+            })?;
+            out.push(self.import_image(archive, &name, desc, lease).await?);
         }
         if out.is_empty() {
             return Err(Error::Invalid(format!(
@@ -827,5 +852,36 @@ impl Importer {
         {
             tracing::warn!(%key, error = %e, "removing an unfinished snapshot");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_reference as n;
+
+    #[test]
+    fn references_normalize_as_the_cri_does() {
+        assert_eq!(n("busybox:1.36").unwrap(), "docker.io/library/busybox:1.36");
+        assert_eq!(n("busybox").unwrap(), "docker.io/library/busybox:latest");
+        assert_eq!(
+            n("library/busybox").unwrap(),
+            "docker.io/library/busybox:latest"
+        );
+        assert_eq!(n("me/app:v1").unwrap(), "docker.io/me/app:v1");
+        assert_eq!(
+            n("docker.io/library/busybox:1.36").unwrap(),
+            "docker.io/library/busybox:1.36"
+        );
+        assert_eq!(
+            n("registry.k8s.io/pause:3.9").unwrap(),
+            "registry.k8s.io/pause:3.9"
+        );
+        assert_eq!(n("localhost:5000/x").unwrap(), "localhost:5000/x:latest");
+        assert_eq!(n("localhost/x:1").unwrap(), "localhost/x:1");
+        let pinned = format!("quay.io/a/b@sha256:{}", "0".repeat(64));
+        assert_eq!(n(&pinned).unwrap(), pinned);
+        assert!(n("").is_none());
+        assert!(n("a b").is_none());
+        assert!(n("Busybox").is_none());
     }
 }
