@@ -334,6 +334,7 @@ pub fn group_order() -> Vec<&'static str> {
         "",
         "apps",
         "events.k8s.io",
+        "authorization.k8s.io",
         "autoscaling",
         "batch",
         "networking.k8s.io",

@@ -143,4 +143,5 @@ pub fn register(server: &ApiServer) {
             "customresourcedefinitions",
         ),
     );
+    crate::handlers::authorization::register(server);
 }

@@ -9,6 +9,7 @@ pub mod builtin;
 pub mod handlers;
 pub mod metrics;
 pub mod pki;
+pub mod protobuf;
 pub mod registry;
 pub mod serve;
 pub mod server;

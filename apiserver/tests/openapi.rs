@@ -304,7 +304,10 @@ async fn every_document_resolves_and_marks_patch_operations() {
             .values()
             .filter_map(|p| p.get("patch"))
             .collect();
-        assert!(!patched.is_empty(), "{gv} has no patch operation");
+        // authorization.k8s.io serves only reviews, which are created and never patched.
+        if gv != "apis/authorization.k8s.io/v1" {
+            assert!(!patched.is_empty(), "{gv} has no patch operation");
+        }
         for p in patched {
             let gvk = &p["x-kubernetes-group-version-kind"];
             let kind_schema = schemas.values().find(|s| {

@@ -1,6 +1,95 @@
-//! The node agent: runs pods on containerd through the CRI. So far it holds what a node needs
-//! before the first pod: a private containerd (`containerd`), and images built on the machine
-//! and imported into containerd without a registry (`images`).
+//! The node agent: registers the node, runs this node's pods on containerd through the CRI,
+//! and reports their status. Everything it knows comes from the API server and the runtime;
+//! it keeps no files of its own as the source of truth. It can run its own containerd
+//! (`containerd`), and images are built on the machine and imported into containerd without a
+//! registry (`images`).
 
+pub mod cgroups;
+pub mod cni;
+pub mod config;
 pub mod containerd;
+pub mod env;
 pub mod images;
+pub mod node;
+pub mod pod;
+pub mod probe;
+pub mod runtime;
+pub mod volumes;
+
+use std::sync::{Arc, Mutex};
+
+use kube::runtime::events::{Recorder, Reporter};
+
+pub use config::KubeletConfig;
+use node::NodeAgent;
+use pod::worker::{Memory, Shared};
+use runtime::{CriRuntime, Runtime};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error("container runtime: {0}")]
+    Runtime(#[from] runtime::RuntimeError),
+    #[error("registering the node: {0}")]
+    Register(kube::Error),
+    #[error("pod network: {0}")]
+    Network(#[from] cni::NetError),
+}
+
+/// Runs the kubelet until the process ends: node registration and heartbeats, pod workers.
+pub async fn run(
+    config: KubeletConfig,
+    client: kube::Client,
+    cluster_ranges: Vec<String>,
+) -> Result<(), KubeletError> {
+    let runtime: Arc<dyn Runtime> =
+        Arc::new(CriRuntime::connect(&config.container_runtime_endpoint).await?);
+    let version = runtime.version().await?;
+    tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, node = %config.node_name, "kubelet starting");
+    let capacity = node::host_capacity(&config.root_dir);
+    let agent = Arc::new(NodeAgent {
+        config: config.clone(),
+        client: client.clone(),
+        runtime: runtime.clone(),
+        capacity: capacity.clone(),
+    });
+    let node = agent.register().await.map_err(KubeletError::Register)?;
+    let pod_cidr = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.pod_cidr.clone())
+        .or(config.pod_cidr.clone());
+    if let Some(cidr) = &pod_cidr {
+        cni::ensure_bridge(cidr, &cluster_ranges)?;
+        cni::write_conflist(
+            &config.cni_conf_dir,
+            cidr,
+            &config.root_dir.join("cni-ipam"),
+        )?;
+        runtime.update_pod_cidr(cidr).await?;
+    } else {
+        tracing::warn!("no pod CIDR yet: pods other than hostNetwork ones will wait for one");
+    }
+    let reporter = Reporter {
+        controller: "kubelet".into(),
+        instance: Some(config.node_name.clone()),
+    };
+    let (wake, wakes) = tokio::sync::mpsc::unbounded_channel();
+    let volumes = volumes::VolumeManager::new(config.pods_dir(), client.clone());
+    if let Err(e) = volumes.make_shared() {
+        tracing::warn!(error = %e, "making the pods directory a shared mount failed");
+    }
+    let shared = Arc::new(Shared {
+        volumes,
+        prober: probe::Prober::default(),
+        wake,
+        config: config.clone(),
+        client: client.clone(),
+        runtime,
+        recorder: Recorder::new(client, reporter),
+        node_cpu: capacity.cpus as f64,
+        node_memory: capacity.memory_bytes as f64,
+        memory: Mutex::new(Memory::default()),
+    });
+    tokio::join!(agent.run(node), pod::manager::run(shared, wakes));
+    Ok(())
+}

@@ -86,27 +86,71 @@ fn summary(body: &[u8]) -> String {
     }
 }
 
-/// Parses a JSON or YAML body into a JSON value; `kind` names the expected type in errors.
+/// Parses a JSON, YAML or protobuf body into a JSON value; `kind` names the expected type in
+/// errors.
 pub fn parse_body(
     content_type: Option<&str>,
     body: &Bytes,
     kind: &str,
 ) -> Result<serde_json::Value, ApiError> {
+    Ok(parse_body_as(content_type, body, kind, "", false)?.value)
+}
+
+/// A parsed request body.
+#[derive(Debug)]
+pub struct ParsedBody {
+    pub value: serde_json::Value,
+    /// Fields a JSON body names twice, as upstream's strict decoder names them
+    /// (`metadata.name`); only looked for when asked.
+    pub duplicates: Vec<String>,
+    /// Decoded from protobuf: it has no unknown or duplicate fields to report.
+    pub protobuf: bool,
+}
+
+fn json_error(kind: &str, body: &[u8], e: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(format!(
+        "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {e} ({})",
+        summary(body)
+    ))
+}
+
+/// [`parse_body`] for a body of `kind` at `api_version` (which a protobuf envelope without type
+/// information defaults to), finding duplicate JSON fields when `find_duplicates`.
+pub fn parse_body_as(
+    content_type: Option<&str>,
+    body: &Bytes,
+    kind: &str,
+    api_version: &str,
+    find_duplicates: bool,
+) -> Result<ParsedBody, ApiError> {
     let media = media_type(content_type);
+    let mut duplicates = Vec::new();
     let value: serde_json::Value = match media.as_str() {
-        "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!(
-                "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {e} ({})",
-                summary(body)
-            ))
-        })?,
+        "application/json" | "*/*" if find_duplicates => {
+            let (value, dups) = parse_json_with_duplicates(body).map_err(|e| json_error(kind, body, e))?;
+            duplicates = dups;
+            value
+        }
+        "application/json" | "*/*" => {
+            serde_json::from_slice(body).map_err(|e| json_error(kind, body, e))?
+        }
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!(
                 "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; yaml parse error: {e}"
             ))
         })?,
-        "application/vnd.kubernetes.protobuf" => {
-            return Err(ApiError::unsupported_media_type(&media, &BODY_TYPES[..2]));
+        crate::protobuf::MEDIA_TYPE => {
+            let value = crate::protobuf::decode_enveloped(body, api_version, kind).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "the object provided is unrecognized (must be of type {kind}): {e} ({})",
+                    summary(body)
+                ))
+            })?;
+            return Ok(ParsedBody {
+                value,
+                duplicates,
+                protobuf: true,
+            });
         }
         _ => return Err(ApiError::unsupported_media_type(&media, BODY_TYPES)),
     };
@@ -116,7 +160,122 @@ pub fn parse_body(
             summary(body)
         )));
     }
-    Ok(value)
+    Ok(ParsedBody {
+        value,
+        duplicates,
+        protobuf: false,
+    })
+}
+
+/// Parses JSON as `serde_json::from_slice` does, and also names every field an object has
+/// more than once (the last one wins, as in Go), each once, in the order they are met.
+pub fn parse_json_with_duplicates(
+    body: &[u8],
+) -> Result<(serde_json::Value, Vec<String>), serde_json::Error> {
+    use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+    use std::cell::RefCell;
+
+    /// The path being read (`spec.containers[0]`), grown and cut back as the parser moves,
+    /// and the duplicates found.
+    #[derive(Default)]
+    struct State {
+        path: String,
+        found: Vec<String>,
+    }
+
+    #[derive(Clone, Copy)]
+    struct Tracked<'a>(&'a RefCell<State>);
+
+    impl<'de> DeserializeSeed<'de> for Tracked<'_> {
+        type Value = Value;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Tracked<'_> {
+        type Value = Value;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+            Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_string()))
+        }
+        fn visit_string<E>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_none<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut out = Vec::new();
+            loop {
+                let len = self.0.borrow().path.len();
+                {
+                    use std::fmt::Write;
+                    let mut state = self.0.borrow_mut();
+                    let _ = write!(state.path, "[{}]", out.len());
+                }
+                let next = seq.next_element_seed(self);
+                self.0.borrow_mut().path.truncate(len);
+                match next? {
+                    Some(v) => out.push(v),
+                    None => return Ok(Value::Array(out)),
+                }
+            }
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut out = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let len = {
+                    let mut state = self.0.borrow_mut();
+                    let len = state.path.len();
+                    if len > 0 {
+                        state.path.push('.');
+                    }
+                    state.path.push_str(&key);
+                    len
+                };
+                let value = map.next_value_seed(self);
+                let mut state = self.0.borrow_mut();
+                let value = match value {
+                    Ok(v) => v,
+                    Err(e) => {
+                        state.path.truncate(len);
+                        return Err(e);
+                    }
+                };
+                if out.insert(key, value).is_some() && !state.found.contains(&state.path) {
+                    let path = state.path.clone();
+                    state.found.push(path);
+                }
+                state.path.truncate(len);
+            }
+            Ok(Value::Object(out))
+        }
+    }
+
+    let state = RefCell::new(State::default());
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = Tracked(&state).deserialize(&mut de)?;
+    de.end()?;
+    Ok((value, state.into_inner().found))
 }
 
 /// Checks the body's kind and apiVersion against what the URL serves, filling them in when
@@ -209,12 +368,25 @@ impl FieldValidation {
         kind: &str,
         api_version: &str,
     ) -> Result<Vec<String>, ApiError> {
-        if unknown.is_empty() || self == FieldValidation::Ignore {
+        self.check_fields(unknown, Vec::new(), kind, api_version)
+    }
+
+    /// What to do about `unknown` and `duplicate` fields of a `kind` body: the warnings to
+    /// send (one per field), or the error naming them all.
+    pub fn check_fields(
+        self,
+        unknown: Vec<String>,
+        duplicate: Vec<String>,
+        kind: &str,
+        api_version: &str,
+    ) -> Result<Vec<String>, ApiError> {
+        if (unknown.is_empty() && duplicate.is_empty()) || self == FieldValidation::Ignore {
             return Ok(Vec::new());
         }
         let fields: Vec<String> = unknown
             .iter()
             .map(|f| format!("unknown field {f:?}"))
+            .chain(duplicate.iter().map(|f| format!("duplicate field {f:?}")))
             .collect();
         match self {
             FieldValidation::Strict => Err(ApiError::bad_request(format!(
@@ -288,6 +460,42 @@ pub fn decode_validated<T: DeserializeOwned + Serialize>(
     Ok((obj, warnings))
 }
 
+/// A request body decoded as `kind` at `api_version`, with the checks `validation` asks for
+/// (unknown and duplicate fields; protobuf bodies have neither, as upstream): the object and
+/// the warnings to send with the response.
+pub fn decode_body<T: DeserializeOwned + Serialize>(
+    content_type: Option<&str>,
+    body: &Bytes,
+    kind: &str,
+    api_version: &str,
+    require_type: bool,
+    validation: FieldValidation,
+) -> Result<(T, Vec<String>), ApiError> {
+    let parsed = parse_body_as(
+        content_type,
+        body,
+        kind,
+        api_version,
+        validation != FieldValidation::Ignore,
+    )?;
+    if parsed.protobuf || validation == FieldValidation::Ignore {
+        return Ok((
+            decode_object(parsed.value, kind, api_version, require_type)?,
+            Vec::new(),
+        ));
+    }
+    let input = parsed.value.clone();
+    let obj: T = decode_object(parsed.value, kind, api_version, require_type)?;
+    let decoded = serde_json::to_value(&obj).map_err(ApiError::internal)?;
+    let warnings = validation.check_fields(
+        unknown_fields(&input, &decoded),
+        parsed.duplicates,
+        kind,
+        api_version,
+    )?;
+    Ok((obj, warnings))
+}
+
 /// Adds one `Warning` header per message, as upstream sends them (`299 - "<text>"`).
 pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     for w in warnings {
@@ -341,6 +549,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v["metadata"]["name"], "a");
+    }
+
+    #[test]
+    fn duplicate_fields_are_found() {
+        let body = br#"{"a":1,"b":{"c":[{"d":1,"d":2},{"e":[],"e":{}}],"c":[]},"a":2,"a":3}"#;
+        let (value, dups) = parse_json_with_duplicates(body).unwrap();
+        assert_eq!(
+            value,
+            serde_json::from_slice::<serde_json::Value>(body).unwrap()
+        );
+        assert_eq!(dups, ["b.c[0].d", "b.c[1].e", "b.c", "a"]);
+        let (_, dups) =
+            parse_json_with_duplicates(br#"{"x": [1, 2.5, -3, null, true, "s"]}"#).unwrap();
+        assert!(dups.is_empty());
+        assert!(parse_json_with_duplicates(b"{\"a\":1} x").is_err());
+        assert!(parse_json_with_duplicates(b"{\"a\":").is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! HTTP routing: health, version, metrics, discovery and OpenAPI endpoints, and the dispatcher
 //! that hands every `/api` and `/apis` resource request to the resource's endpoint.
 
+pub mod authorization;
 pub mod codec;
 pub mod discovery;
 pub mod namespaces;

@@ -1,5 +1,7 @@
-//! Response negotiation for reads: the object itself (JSON or YAML), a `meta.k8s.io/v1` Table
-//! as `kubectl get` asks for, or PartialObjectMetadata as metadata-only clients ask for.
+//! Response negotiation for reads: the object itself (JSON, YAML or protobuf), a
+//! `meta.k8s.io/v1` Table as `kubectl get` asks for, or PartialObjectMetadata as metadata-only
+//! clients ask for. Protobuf is answered only to clients that take nothing else this server
+//! produces: JSON is its native form, and every client that offers both reads it.
 
 use axum::body::Body;
 use axum::response::Response;
@@ -10,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::codec::{json_bytes, status_response};
+use crate::protobuf;
 use crate::registry::generic::WatchEvent;
 
 /// What a row's `object` holds in a Table (`includeObject`).
@@ -26,21 +29,25 @@ pub enum Render {
     Yaml,
     Table(Include),
     Metadata,
+    Protobuf,
 }
 
 const ACCEPTABLE: &[&str] = &[
     "application/json",
     "application/yaml",
+    protobuf::MEDIA_TYPE,
     "application/json;as=Table;v=v1;g=meta.k8s.io",
     "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
 ];
 
-/// Picks the first media range in `Accept` this server can produce.
+/// Picks the first media range in `Accept` this server can produce, protobuf only when no
+/// other range can be served.
 pub fn negotiate(headers: &HeaderMap, include_object: Option<&str>) -> Result<Render, ApiError> {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("*/*");
+    let mut protobuf_ok = false;
     for range in accept.split(',') {
         let mut parts = range.split(';').map(str::trim);
         let media = parts.next().unwrap_or("").to_ascii_lowercase();
@@ -73,10 +80,83 @@ pub fn negotiate(headers: &HeaderMap, include_object: Option<&str>) -> Result<Re
             }
             ("application/json" | "application/*" | "*/*" | "", None) => return Ok(Render::Json),
             ("application/yaml", None) => return Ok(Render::Yaml),
+            (protobuf::MEDIA_TYPE, None) => protobuf_ok = true,
             _ => {}
         }
     }
+    if protobuf_ok {
+        return Ok(Render::Protobuf);
+    }
     Err(ApiError::not_acceptable(ACCEPTABLE))
+}
+
+/// Whether a client takes only protobuf of what this server produces (writes and errors are
+/// answered in JSON otherwise, whatever else `Accept` says).
+pub fn wants_protobuf(headers: &HeaderMap) -> bool {
+    matches!(negotiate(headers, None), Ok(Render::Protobuf))
+}
+
+/// `value` (with its apiVersion and kind, or these) as a protobuf response.
+pub fn protobuf_response(
+    code: StatusCode,
+    value: &Value,
+    api_version: &str,
+    kind: &str,
+) -> Result<Response, ApiError> {
+    let field = |k: &str, default: &str| {
+        value
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(default)
+            .to_string()
+    };
+    let body = protobuf::encode_as(
+        value,
+        &field("apiVersion", api_version),
+        &field("kind", kind),
+    )
+    .map_err(|e| match e {
+        protobuf::ProtoError::Unsupported { .. } => ApiError::not_acceptable(&ACCEPTABLE[..2]),
+        e => ApiError::internal(format!("encoding protobuf: {e}")),
+    })?;
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(protobuf::MEDIA_TYPE),
+    );
+    Ok(resp)
+}
+
+/// The response to a write (or any single object outside `get`): protobuf for clients that
+/// take only protobuf, JSON for everyone else.
+pub fn write_response<T: Serialize>(headers: &HeaderMap, code: StatusCode, obj: &T) -> Response {
+    if !wants_protobuf(headers) {
+        return super::codec::json(code, obj);
+    }
+    serde_json::to_value(obj)
+        .map_err(ApiError::internal)
+        .and_then(|v| protobuf_response(code, &v, "", ""))
+        .unwrap_or_else(|e| status_response(&e))
+}
+
+/// A Status error, in protobuf for clients that take only protobuf.
+pub fn error_response(headers: &HeaderMap, e: &ApiError) -> Response {
+    if wants_protobuf(headers) {
+        protobuf_status(e)
+    } else {
+        status_response(e)
+    }
+}
+
+/// A Status error in protobuf.
+pub fn protobuf_status(e: &ApiError) -> Response {
+    let mut status = serde_json::to_value(e.to_status()).unwrap_or_default();
+    status["kind"] = "Status".into();
+    status["apiVersion"] = "v1".into();
+    let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    protobuf_response(code, &status, "v1", "Status").unwrap_or_else(|_| status_response(e))
 }
 
 /// Renders reads of one resource kind.
@@ -155,6 +235,12 @@ impl Renderer {
                     json_bytes(code, serde_json::to_vec(obj).map_err(ApiError::internal)?)
                 }
                 Render::Yaml => yaml(code, obj)?,
+                Render::Protobuf => protobuf_response(
+                    code,
+                    &serde_json::to_value(obj).map_err(ApiError::internal)?,
+                    &self.api_version,
+                    &self.kind,
+                )?,
                 Render::Table(include) => {
                     let value = serde_json::to_value(obj).map_err(ApiError::internal)?;
                     let rv = value["metadata"]["resourceVersion"]
@@ -191,7 +277,7 @@ impl Renderer {
     pub fn list<T: Serialize>(&self, items: &[T], meta: ListMeta) -> Response {
         let result = (|| -> Result<Response, ApiError> {
             Ok(match self.render {
-                Render::Json | Render::Yaml => {
+                Render::Json | Render::Yaml | Render::Protobuf => {
                     #[derive(Serialize)]
                     #[serde(rename_all = "camelCase")]
                     struct List<'a, T> {
@@ -208,6 +294,13 @@ impl Renderer {
                     };
                     if self.render == Render::Yaml {
                         yaml(StatusCode::OK, &list)?
+                    } else if self.render == Render::Protobuf {
+                        protobuf_response(
+                            StatusCode::OK,
+                            &serde_json::to_value(&list).map_err(ApiError::internal)?,
+                            &self.api_version,
+                            &self.list_kind,
+                        )?
                     } else {
                         json_bytes(
                             StatusCode::OK,
@@ -255,16 +348,18 @@ impl Renderer {
         match self.render {
             Render::Table(_) => TABLE_TYPE,
             Render::Metadata => PARTIAL_TYPE,
+            Render::Protobuf => protobuf::WATCH_MEDIA_TYPE,
             Render::Yaml | Render::Json => "application/json",
         }
     }
 
-    /// One line of a watch stream; Tables carry column definitions in the first event only.
+    /// One event of a watch stream: a line of JSON, or a length-prefixed protobuf frame.
+    /// Tables carry column definitions in the first event only.
     pub fn watch_line<T: Serialize>(&self, event: WatchEvent<T>, first: &mut bool) -> Vec<u8> {
         let encoded = |o: &T| serde_json::to_value(o).map_err(ApiError::internal);
         let object = |value: Value| -> Result<Value, ApiError> {
             match self.render {
-                Render::Json | Render::Yaml => Ok(value),
+                Render::Json | Render::Yaml | Render::Protobuf => Ok(value),
                 Render::Metadata => Ok(partial(value)),
                 Render::Table(include) => {
                     let rv = value["metadata"]["resourceVersion"]
@@ -319,6 +414,14 @@ impl Renderer {
                 ("ERROR", s)
             }
         };
+        if self.render == Render::Protobuf {
+            return protobuf::watch_frame(ty, &obj).unwrap_or_else(|e| {
+                let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Failure", "code": 500, "reason": "InternalError",
+                    "message": format!("encoding a watch event: {e}")});
+                protobuf::watch_frame("ERROR", &status).unwrap_or_default()
+            });
+        }
         let mut line = serde_json::to_vec(&json!({"type": ty, "object": obj})).unwrap_or_default();
         line.push(b'\n');
         line
@@ -370,9 +473,24 @@ mod tests {
             "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
         assert_eq!(negotiate(&accept(meta), None).unwrap(), Render::Metadata);
         assert_eq!(
-            negotiate(&accept("application/vnd.kubernetes.protobuf"), None)
-                .unwrap_err()
-                .code,
+            negotiate(&accept("application/vnd.kubernetes.protobuf"), None).unwrap(),
+            Render::Protobuf
+        );
+        assert_eq!(
+            negotiate(
+                &accept("application/vnd.kubernetes.protobuf, application/json"),
+                None
+            )
+            .unwrap(),
+            Render::Json
+        );
+        assert_eq!(
+            negotiate(
+                &accept("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io"),
+                None
+            )
+            .unwrap_err()
+            .code,
             406
         );
         assert_eq!(negotiate(&accept("text/html"), None).unwrap_err().code, 406);

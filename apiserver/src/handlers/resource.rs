@@ -18,7 +18,7 @@ use minik8s_api::validation::{FieldError, Path};
 use minik8s_api::{ApiError, ResourceInfo, status};
 use rand::Rng;
 
-use super::codec::{self, FieldValidation, json, status_response, with_warnings};
+use super::codec::{self, FieldValidation, with_warnings};
 use super::render::{self, Renderer};
 use super::request::{ResourceRequest, Verb};
 use crate::auth::UserInfo;
@@ -155,8 +155,14 @@ impl<S: Strategy> ResourceEndpoint<S> {
             )));
         }
         let validation = req.field_validation()?;
-        let value = codec::parse_body(req.content_type(), &req.body, &info.kind)?;
-        codec::decode_validated(value, &info.kind, &info.api_version(), false, validation)
+        codec::decode_body(
+            req.content_type(),
+            &req.body,
+            &info.kind,
+            &info.api_version(),
+            false,
+            validation,
+        )
     }
 
     /// Applies `patch` to `doc` and checks the result for unknown fields, which decoding the
@@ -188,8 +194,18 @@ impl<S: Strategy> ResourceEndpoint<S> {
 
     fn renderer(&self, req: &ApiRequest) -> Result<Renderer, ApiError> {
         let info = self.info();
+        let render = render::negotiate(&req.headers, req.param("includeObject"))?;
+        if render == render::Render::Protobuf
+            && !crate::protobuf::supports(&info.api_version(), &info.kind)
+        {
+            // Kinds without a protobuf form (custom resources) answer as upstream does.
+            return Err(ApiError::not_acceptable(&[
+                "application/json",
+                "application/yaml",
+            ]));
+        }
         Ok(Renderer {
-            render: render::negotiate(&req.headers, req.param("includeObject"))?,
+            render,
             group: info.group.clone(),
             kind: info.kind.clone(),
             api_version: info.api_version(),
@@ -277,7 +293,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 let (obj, warnings) = self.decode(&req)?;
                 let created = reg.create(ns, obj, req.dry_run()?).await?;
                 Ok(with_warnings(
-                    json(StatusCode::CREATED, &created),
+                    write(&req, StatusCode::CREATED, &created),
                     &warnings,
                 ))
             }
@@ -292,7 +308,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 } else {
                     StatusCode::OK
                 };
-                Ok(with_warnings(json(code, &obj), &warnings))
+                Ok(with_warnings(write(&req, code, &obj), &warnings))
             }
             (Verb::Patch, None | Some("status")) => {
                 let part = self.part(t.subresource.as_deref())?;
@@ -305,18 +321,19 @@ impl<S: Strategy> ResourceEndpoint<S> {
                     })
                     .await?;
                 let warnings = warnings.into_inner().expect("warnings lock");
-                Ok(with_warnings(json(StatusCode::OK, &obj), &warnings))
+                Ok(with_warnings(write(&req, StatusCode::OK, &obj), &warnings))
             }
             (Verb::Delete, None) => {
                 let opts = delete_options(&req)?;
                 match reg.delete(ns, req.name(), &opts).await? {
-                    Deleted::Pending(obj) => Ok(json(StatusCode::OK, &obj)),
+                    Deleted::Pending(obj) => Ok(write(&req, StatusCode::OK, &obj)),
                     Deleted::Gone(obj) if reg.strategy.return_deleted_object() => {
-                        Ok(json(StatusCode::OK, &obj))
+                        Ok(write(&req, StatusCode::OK, &obj))
                     }
                     Deleted::Gone(obj) => {
                         let uid = reg.strategy.meta(&obj).uid.clone();
-                        Ok(json(
+                        Ok(write(
+                            &req,
                             StatusCode::OK,
                             &status_success(status::success(reg.target(req.name()), uid)),
                         ))
@@ -507,7 +524,8 @@ impl<S: Strategy> ResourceEndpoint<S> {
             ApiError::invalid("Scale", "autoscaling", name, &[err])
         };
         match req.target.verb {
-            Verb::Get => Ok(json(
+            Verb::Get => Ok(write(
+                req,
                 StatusCode::OK,
                 &self.to_scale(&reg.get(ns, name).await?)?,
             )),
@@ -537,7 +555,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                         Ok(new)
                     })
                     .await?;
-                Ok(json(StatusCode::OK, &self.to_scale(&obj)?))
+                Ok(write(req, StatusCode::OK, &self.to_scale(&obj)?))
             }
             Verb::Patch => {
                 let patch = Patch::parse(req)?;
@@ -566,7 +584,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                         Ok(new)
                     })
                     .await?;
-                Ok(json(StatusCode::OK, &self.to_scale(&obj)?))
+                Ok(write(req, StatusCode::OK, &self.to_scale(&obj)?))
             }
             _ => Err(ApiError::method_not_supported(
                 reg.target(name),
@@ -583,11 +601,18 @@ impl<S: Strategy> Endpoint for ResourceEndpoint<S> {
     }
 
     async fn serve(&self, req: ApiRequest) -> Response {
+        let protobuf_only = render::wants_protobuf(&req.headers);
         match self.dispatch(req).await {
             Ok(resp) => resp,
-            Err(e) => status_response(&e),
+            Err(e) if protobuf_only => render::protobuf_status(&e),
+            Err(e) => codec::status_response(&e),
         }
     }
+}
+
+/// A write's response: protobuf for clients that take only protobuf, else JSON.
+fn write<T: serde::Serialize>(req: &ApiRequest, code: StatusCode, obj: &T) -> Response {
+    render::write_response(&req.headers, code, obj)
 }
 
 fn status_success(

@@ -1,0 +1,238 @@
+//! `authorization.k8s.io/v1` reviews: what `kubectl auth can-i` asks. This server authorizes
+//! every authenticated request (there is no RBAC enforcement yet), so it answers as upstream's
+//! AlwaysAllow authorizer does: every access review is allowed, and a rules review lists
+//! everything. The reviews are not stored; `create` is their only verb.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::response::Response;
+use http::StatusCode;
+use k8s_openapi::api::authorization::v1::{
+    NonResourceRule, ResourceRule, SelfSubjectAccessReview, SelfSubjectRulesReview,
+    SubjectAccessReview, SubjectAccessReviewStatus, SubjectRulesReviewStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use minik8s_api::validation::{FieldError, NameRule, Path};
+use minik8s_api::{ApiError, ResourceInfo, Target};
+
+use super::codec;
+use super::render;
+use super::request::Verb;
+use super::resource::{ApiRequest, Endpoint};
+use crate::server::ApiServer;
+
+const GROUP: &str = "authorization.k8s.io";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Review {
+    SelfSubjectAccess,
+    SelfSubjectRules,
+    SubjectAccess,
+}
+
+pub struct ReviewEndpoint {
+    info: ResourceInfo,
+    review: Review,
+}
+
+fn info(kind: &str, plural: &str) -> ResourceInfo {
+    ResourceInfo {
+        group: GROUP.into(),
+        version: "v1".into(),
+        kind: kind.into(),
+        list_kind: format!("{kind}List"),
+        plural: plural.into(),
+        singular: kind.to_lowercase(),
+        namespaced: false,
+        short_names: vec![],
+        categories: vec![],
+        verbs: vec!["create".into()],
+        subresources: vec![],
+        name_rule: NameRule::Dns1123Subdomain,
+    }
+}
+
+/// Serves the reviews and describes them in OpenAPI.
+pub fn register(server: &ApiServer) {
+    server.openapi.register_type::<SelfSubjectAccessReview>();
+    server.openapi.register_type::<SelfSubjectRulesReview>();
+    server.openapi.register_type::<SubjectAccessReview>();
+    for (kind, plural, review) in [
+        (
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+            Review::SelfSubjectAccess,
+        ),
+        (
+            "SelfSubjectRulesReview",
+            "selfsubjectrulesreviews",
+            Review::SelfSubjectRules,
+        ),
+        (
+            "SubjectAccessReview",
+            "subjectaccessreviews",
+            Review::SubjectAccess,
+        ),
+    ] {
+        server.register(Arc::new(ReviewEndpoint {
+            info: info(kind, plural),
+            review,
+        }));
+    }
+}
+
+/// Upstream's rule: exactly one of resourceAttributes and nonResourceAttributes.
+fn attributes_errors(resource: bool, non_resource: bool) -> Vec<FieldError> {
+    let spec = Path::new("spec");
+    match (resource, non_resource) {
+        (true, true) => vec![FieldError::invalid(
+            &spec.child("nonResourceAttributes"),
+            "null",
+            "cannot be specified in combination with resourceAttributes",
+        )],
+        (false, false) => vec![FieldError::invalid(
+            &spec.child("resourceAttributes"),
+            "null",
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )],
+        _ => vec![],
+    }
+}
+
+/// Reviews are not objects: their metadata must be empty (managedFields aside).
+fn metadata_errors(meta: &ObjectMeta) -> Vec<FieldError> {
+    let mut rest = meta.clone();
+    rest.managed_fields = None;
+    if rest == ObjectMeta::default() {
+        vec![]
+    } else {
+        vec![FieldError::invalid(
+            &Path::new("metadata"),
+            serde_json::to_string(meta).unwrap_or_default(),
+            "must be empty",
+        )]
+    }
+}
+
+fn allowed() -> SubjectAccessReviewStatus {
+    SubjectAccessReviewStatus {
+        allowed: true,
+        ..Default::default()
+    }
+}
+
+impl ReviewEndpoint {
+    fn decode<T: serde::de::DeserializeOwned + serde::Serialize>(
+        &self,
+        req: &ApiRequest,
+    ) -> Result<(T, Vec<String>), ApiError> {
+        codec::decode_body(
+            req.content_type(),
+            &req.body,
+            &self.info.kind,
+            &self.info.api_version(),
+            false,
+            req.field_validation()?,
+        )
+    }
+
+    async fn dispatch(&self, req: &ApiRequest) -> Result<Response, ApiError> {
+        let t = &req.target;
+        if t.namespace.is_some() || t.subresource.is_some() {
+            return Err(ApiError::path_not_found());
+        }
+        let target = Target {
+            group: GROUP,
+            resource: &self.info.plural,
+            name: t.name.as_deref().unwrap_or_default(),
+        };
+        if t.verb != Verb::Create || t.name.is_some() {
+            return Err(ApiError::method_not_supported(target, t.verb.as_str()));
+        }
+        req.dry_run()?;
+        let kind = self.info.kind.as_str();
+        let invalid = |errors: Vec<FieldError>| ApiError::invalid(kind, GROUP, "", &errors);
+        let (resp, warnings) = match self.review {
+            Review::SelfSubjectAccess => {
+                let (mut review, warnings): (SelfSubjectAccessReview, _) = self.decode(req)?;
+                let mut errors = metadata_errors(&review.metadata);
+                errors.extend(attributes_errors(
+                    review.spec.resource_attributes.is_some(),
+                    review.spec.non_resource_attributes.is_some(),
+                ));
+                if !errors.is_empty() {
+                    return Err(invalid(errors));
+                }
+                review.status = Some(allowed());
+                (
+                    render::write_response(&req.headers, StatusCode::CREATED, &review),
+                    warnings,
+                )
+            }
+            Review::SubjectAccess => {
+                let (mut review, warnings): (SubjectAccessReview, _) = self.decode(req)?;
+                let spec = &review.spec;
+                let mut errors = metadata_errors(&review.metadata);
+                errors.extend(attributes_errors(
+                    spec.resource_attributes.is_some(),
+                    spec.non_resource_attributes.is_some(),
+                ));
+                if spec.user.as_deref().unwrap_or_default().is_empty()
+                    && spec.groups.as_ref().is_none_or(|g| g.is_empty())
+                {
+                    errors.push(FieldError::invalid(
+                        &Path::new("spec").child("user"),
+                        "",
+                        "at least one of user or group must be specified",
+                    ));
+                }
+                if !errors.is_empty() {
+                    return Err(invalid(errors));
+                }
+                review.status = Some(allowed());
+                (
+                    render::write_response(&req.headers, StatusCode::CREATED, &review),
+                    warnings,
+                )
+            }
+            Review::SelfSubjectRules => {
+                let (mut review, warnings): (SelfSubjectRulesReview, _) = self.decode(req)?;
+                let everything = || vec!["*".to_string()];
+                review.status = Some(SubjectRulesReviewStatus {
+                    resource_rules: vec![ResourceRule {
+                        verbs: everything(),
+                        api_groups: Some(everything()),
+                        resources: Some(everything()),
+                        resource_names: None,
+                    }],
+                    non_resource_rules: vec![NonResourceRule {
+                        verbs: everything(),
+                        non_resource_urls: Some(everything()),
+                    }],
+                    incomplete: false,
+                    evaluation_error: None,
+                });
+                (
+                    render::write_response(&req.headers, StatusCode::CREATED, &review),
+                    warnings,
+                )
+            }
+        };
+        Ok(codec::with_warnings(resp, &warnings))
+    }
+}
+
+#[async_trait]
+impl Endpoint for ReviewEndpoint {
+    fn info(&self) -> &ResourceInfo {
+        &self.info
+    }
+
+    async fn serve(&self, req: ApiRequest) -> Response {
+        match self.dispatch(&req).await {
+            Ok(resp) => resp,
+            Err(e) => render::error_response(&req.headers, &e),
+        }
+    }
+}

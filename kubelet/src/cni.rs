@@ -1,0 +1,144 @@
+//! Single-node pod networking: a CNI conflist (bridge with host-local IPAM on the node's pod
+//! CIDR, then portmap) for containerd's CRI plugin, and routes that keep every cluster address
+//! on this machine: the cluster and service ranges go to the local bridge, never to the
+//! default gateway.
+
+use std::path::Path;
+use std::process::Command;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("writing {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{command}: {message}")]
+    Command { command: String, message: String },
+    #[error("pod CIDR {0:?} is not an IPv4 CIDR")]
+    Cidr(String),
+}
+
+pub const BRIDGE: &str = "cni0";
+
+/// The first address of an IPv4 CIDR, used as the bridge's (gateway) address.
+pub fn gateway(cidr: &str) -> Result<(std::net::Ipv4Addr, u8), NetError> {
+    let (ip, bits) = cidr
+        .split_once('/')
+        .ok_or_else(|| NetError::Cidr(cidr.into()))?;
+    let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| NetError::Cidr(cidr.into()))?;
+    let bits: u8 = bits.parse().map_err(|_| NetError::Cidr(cidr.into()))?;
+    if bits > 30 {
+        return Err(NetError::Cidr(cidr.into()));
+    }
+    let mask = u32::MAX << (32 - bits);
+    Ok((std::net::Ipv4Addr::from((u32::from(ip) & mask) + 1), bits))
+}
+
+/// The conflist for `pod_cidr`; `data_dir` keeps host-local's allocations.
+pub fn conflist(pod_cidr: &str, data_dir: &Path) -> serde_json::Value {
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "minik8s",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": true,
+                "ipMasq": false,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": pod_cidr}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": data_dir.to_string_lossy(),
+                }
+            },
+            {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}
+        ]
+    })
+}
+
+/// Writes the conflist where containerd's CRI plugin reads it (atomically).
+pub fn write_conflist(conf_dir: &Path, pod_cidr: &str, data_dir: &Path) -> Result<(), NetError> {
+    let w = |e| NetError::Write {
+        path: conf_dir.display().to_string(),
+        source: e,
+    };
+    std::fs::create_dir_all(conf_dir).map_err(w)?;
+    let path = conf_dir.join("10-minik8s.conflist");
+    let tmp = conf_dir.join(".10-minik8s.conflist.tmp");
+    let text = serde_json::to_string_pretty(&conflist(pod_cidr, data_dir)).expect("json");
+    if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
+        return Ok(());
+    }
+    std::fs::write(&tmp, text).map_err(w)?;
+    std::fs::rename(&tmp, &path).map_err(w)
+}
+
+fn ip(args: &[&str]) -> Result<String, NetError> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| NetError::Command {
+            command: format!("ip {}", args.join(" ")),
+            message: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(NetError::Command {
+            command: format!("ip {}", args.join(" ")),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Creates the bridge with the gateway address of `pod_cidr`, and routes `extra_ranges`
+/// (the cluster and service CIDRs) to it so that unmatched cluster traffic dies here.
+pub fn ensure_bridge(pod_cidr: &str, extra_ranges: &[String]) -> Result<(), NetError> {
+    let (gw, bits) = gateway(pod_cidr)?;
+    if ip(&["link", "show", BRIDGE]).is_err() {
+        ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+    }
+    let addr = format!("{gw}/{bits}");
+    if !ip(&["-4", "addr", "show", "dev", BRIDGE])?.contains(&format!("inet {addr}")) {
+        ip(&["addr", "add", &addr, "dev", BRIDGE])?;
+    }
+    ip(&["link", "set", BRIDGE, "up"])?;
+    for range in extra_ranges {
+        if range == pod_cidr {
+            continue;
+        }
+        ip(&["route", "replace", range, "dev", BRIDGE])?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateways() {
+        assert_eq!(
+            gateway("10.244.3.0/24").unwrap(),
+            ("10.244.3.1".parse().unwrap(), 24)
+        );
+        assert_eq!(
+            gateway("10.244.3.77/24").unwrap().0.to_string(),
+            "10.244.3.1"
+        );
+        assert!(gateway("nope").is_err());
+    }
+
+    #[test]
+    fn conflist_shape() {
+        let c = conflist("10.244.0.0/24", Path::new("/tmp/ipam"));
+        assert_eq!(
+            c["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+            "10.244.0.0/24"
+        );
+        assert_eq!(c["plugins"][1]["type"], "portmap");
+        assert_eq!(c["plugins"][0]["ipMasq"], false);
+    }
+}

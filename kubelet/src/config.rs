@@ -1,0 +1,70 @@
+//! The kubelet's settings, named after upstream's flags and KubeletConfiguration fields.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct KubeletConfig {
+    pub node_name: String,
+    /// The address reported as InternalIP and used as hostIP.
+    pub node_ip: IpAddr,
+    /// Root of the kubelet's directories (`pods/`, `logs/`, `images/`).
+    pub root_dir: PathBuf,
+    pub cluster_dns: Vec<IpAddr>,
+    pub cluster_domain: String,
+    /// Used when the Node has no `spec.podCIDR`.
+    pub pod_cidr: Option<String>,
+    /// Parent cgroup of every pod (cgroupfs driver, cgroup v1).
+    pub cgroup_root: String,
+    pub cgroups_path: PathBuf,
+    pub container_runtime_endpoint: PathBuf,
+    /// Directory the CNI configuration is written to (containerd's CRI `conf_dir`).
+    pub cni_conf_dir: PathBuf,
+    pub port: u16,
+    pub max_pods: u32,
+    pub resolv_conf: PathBuf,
+    pub node_status_update_frequency: Duration,
+    pub node_lease_duration_seconds: i32,
+    /// How often the runtime is listed to notice changes made behind the kubelet's back.
+    pub relist_period: Duration,
+    pub labels: Vec<(String, String)>,
+}
+
+impl KubeletConfig {
+    pub fn new(
+        node_name: &str,
+        node_ip: IpAddr,
+        root_dir: impl Into<PathBuf>,
+        runtime: impl Into<PathBuf>,
+    ) -> Self {
+        let root_dir = root_dir.into();
+        KubeletConfig {
+            node_name: node_name.to_string(),
+            node_ip,
+            cni_conf_dir: root_dir.join("cni"),
+            root_dir,
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".into(),
+            pod_cidr: None,
+            cgroup_root: "/kubepods".into(),
+            cgroups_path: "/sys/fs/cgroup".into(),
+            container_runtime_endpoint: runtime.into(),
+            port: 10250,
+            max_pods: 110,
+            resolv_conf: "/etc/resolv.conf".into(),
+            node_status_update_frequency: Duration::from_secs(10),
+            node_lease_duration_seconds: 40,
+            relist_period: Duration::from_secs(2),
+            labels: Vec::new(),
+        }
+    }
+
+    pub fn pods_dir(&self) -> PathBuf {
+        self.root_dir.join("pods")
+    }
+
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root_dir.join("logs")
+    }
+}

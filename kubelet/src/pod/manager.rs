@@ -1,0 +1,205 @@
+//! Dispatching: a watch of this node's pods feeds one worker per pod UID; a periodic listing of
+//! the runtime (upstream's PLEG relist) wakes the worker of any pod whose containers changed,
+//! and finds what belongs to pods that are gone (deleted while the kubelet was down).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc;
+
+use super::model::keys;
+use super::worker::Shared;
+
+/// Longest a pod goes without a sync, even when nothing seems to change.
+const RESYNC: Duration = Duration::from_secs(60);
+
+pub struct PodManager {
+    shared: Arc<Shared>,
+    store: Store<Pod>,
+    workers: Mutex<HashMap<String, mpsc::Sender<()>>>,
+}
+
+impl PodManager {
+    /// The pod with this UID in the watch cache.
+    fn pod(&self, uid: &str) -> Option<Arc<Pod>> {
+        self.store
+            .state()
+            .into_iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(uid))
+    }
+
+    /// Wakes (or starts) the worker of a pod.
+    pub fn trigger(self: &Arc<Self>, uid: &str) {
+        let mut workers = self.workers.lock().expect("workers");
+        if let Some(tx) = workers.get(uid) {
+            match tx.try_send(()) {
+                Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => return,
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
+            }
+        }
+        let (tx, rx) = mpsc::channel(1);
+        let _ = tx.try_send(());
+        workers.insert(uid.to_string(), tx);
+        let this = self.clone();
+        let uid = uid.to_string();
+        tokio::spawn(async move { this.work(uid, rx).await });
+    }
+
+    async fn work(self: Arc<Self>, uid: String, mut rx: mpsc::Receiver<()>) {
+        let mut failures = 0u32;
+        let mut next = tokio::time::Instant::now() + RESYNC;
+        loop {
+            tokio::select! {
+                msg = rx.recv() => if msg.is_none() { return },
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            let span = tracing::info_span!("sync", pod_uid = %uid);
+            let Some(pod) = self.pod(&uid) else {
+                // Gone from the API: remove what the runtime still holds.
+                if let Ok(rt) = self.shared.runtime_pod(&uid).await
+                    && (!rt.containers.is_empty() || !rt.sandboxes.is_empty())
+                {
+                    tracing::info!(pod_uid = %uid, "removing containers of a deleted pod");
+                    if let Err(e) = self.shared.remove_pod(&rt).await {
+                        tracing::warn!(pod_uid = %uid, error = %e, "cleaning up a deleted pod failed");
+                    }
+                }
+                self.shared.prober.forget_pod(&uid);
+                self.finish(&uid);
+                return;
+            };
+            match tracing::Instrument::instrument(self.shared.sync(&pod), span).await {
+                Ok(outcome) if outcome.done => {
+                    self.shared.prober.forget_pod(&uid);
+                    self.finish(&uid);
+                    return;
+                }
+                Ok(outcome) => {
+                    failures = 0;
+                    self.shared.prober.sync(
+                        &self.shared,
+                        &pod,
+                        &outcome.running,
+                        &outcome.pod_ip,
+                        &self.shared.wake,
+                    );
+                    next = tokio::time::Instant::now()
+                        + outcome.requeue_after.unwrap_or(RESYNC).min(RESYNC);
+                }
+                Err(e) => {
+                    failures += 1;
+                    let wait = Duration::from_millis(500 * 2u64.pow(failures.min(6)));
+                    tracing::warn!(pod_uid = %uid, error = %e, retry_in = ?wait, "pod sync failed");
+                    next = tokio::time::Instant::now() + wait;
+                }
+            }
+        }
+    }
+
+    fn finish(&self, uid: &str) {
+        self.workers.lock().expect("workers").remove(uid);
+    }
+
+    /// Per pod UID, a digest of its sandboxes and containers as the runtime lists them.
+    async fn runtime_digest(&self) -> Option<BTreeMap<String, String>> {
+        let sandboxes = self.shared.runtime.list_pod_sandboxes().await.ok()?;
+        let containers = self.shared.runtime.list_containers().await.ok()?;
+        let mut out: BTreeMap<String, String> = BTreeMap::new();
+        for s in &sandboxes {
+            if let Some(uid) = s.labels.get(keys::POD_UID) {
+                out.entry(uid.clone())
+                    .or_default()
+                    .push_str(&format!("s:{}:{};", s.id, s.state));
+            }
+        }
+        for c in &containers {
+            if let Some(uid) = c.labels.get(keys::POD_UID) {
+                out.entry(uid.clone())
+                    .or_default()
+                    .push_str(&format!("c:{}:{};", c.id, c.state));
+            }
+        }
+        for v in out.values_mut() {
+            let mut parts: Vec<&str> = v.split(';').collect();
+            parts.sort();
+            *v = parts.join(";");
+        }
+        Some(out)
+    }
+}
+
+/// Watches this node's pods and keeps every pod's worker running until the node agent stops.
+/// `wakes` carries pod UIDs whose probe results changed.
+pub async fn run(shared: Arc<Shared>, mut wakes: mpsc::UnboundedReceiver<String>) {
+    let node = shared.config.node_name.clone();
+    let api: Api<Pod> = Api::all(shared.client.clone());
+    let (store, writer) = reflector::store();
+    let manager = Arc::new(PodManager {
+        shared: shared.clone(),
+        store: store.clone(),
+        workers: Mutex::new(HashMap::new()),
+    });
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let events = reflector(writer, watcher(api, config))
+        .default_backoff()
+        .touched_objects();
+    let relist = {
+        let manager = manager.clone();
+        let period = shared.config.relist_period;
+        async move {
+            if store.wait_until_ready().await.is_err() {
+                return;
+            }
+            let mut last: BTreeMap<String, String> = BTreeMap::new();
+            let mut ticker = tokio::time::interval(period);
+            loop {
+                ticker.tick().await;
+                let Some(now) = manager.runtime_digest().await else {
+                    continue;
+                };
+                for (uid, digest) in &now {
+                    if last.get(uid) != Some(digest) {
+                        manager.trigger(uid);
+                    }
+                }
+                for uid in last.keys() {
+                    if !now.contains_key(uid) {
+                        manager.trigger(uid);
+                    }
+                }
+                last = now;
+            }
+        }
+    };
+    let watch = {
+        let manager = manager.clone();
+        events.for_each(move |e| {
+            let manager = manager.clone();
+            async move {
+                match e {
+                    Ok(pod) => {
+                        if let Some(uid) = pod.metadata.uid.as_deref() {
+                            manager.trigger(uid);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "pod watch failed; retrying"),
+                }
+            }
+        })
+    };
+    let woken = {
+        let manager = manager.clone();
+        async move {
+            while let Some(uid) = wakes.recv().await {
+                manager.trigger(&uid);
+            }
+        }
+    };
+    tokio::join!(watch, relist, woken);
+}

@@ -1,0 +1,836 @@
+//! Carrying out a pod's actions against the runtime, and reporting what came of it: the one
+//! place where the kubelet changes containers and writes pod status.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder};
+
+use super::actions::{self, Actions};
+use super::backoff::Backoff;
+use super::model::{RuntimePod, State, group_by_pod};
+use super::spec::{self, ContainerInputs, container_hash, pod_display, uid};
+use super::status::{self, Inputs, ProbeState, Waiting};
+use crate::config::KubeletConfig;
+use crate::env::{self, FieldContext};
+use crate::runtime::{Runtime, RuntimeError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("runtime: {0}")]
+    Runtime(#[from] RuntimeError),
+    #[error("api: {0}")]
+    Api(#[from] kube::Error),
+}
+
+/// What the kubelet remembers between syncs: only what it may forget on restart (back-off
+/// windows, the last reason a container was held back, probe results).
+#[derive(Default)]
+pub struct Memory {
+    pub backoff: Backoff,
+    pub image_backoff: Backoff,
+    /// By pod UID, then container name.
+    pub waiting: HashMap<String, HashMap<String, Waiting>>,
+    /// By container ID.
+    pub probes: HashMap<String, ProbeState>,
+    /// Containers whose liveness or startup probe failed, by ID.
+    pub unhealthy: HashSet<String>,
+}
+
+/// The sandbox a container goes into.
+struct Sandbox<'a> {
+    id: &'a str,
+    config: &'a cri::PodSandboxConfig,
+    pod_ip: &'a str,
+    volumes: &'a crate::volumes::PodVolumes,
+}
+
+/// What a sync asks of its caller.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Sync again after this long (a back-off window ends).
+    pub requeue_after: Option<Duration>,
+    /// The pod is finished with on this node: its worker may stop.
+    pub done: bool,
+    /// Running containers (ID, name) and the pod IP, for the prober.
+    pub running: Vec<(String, String)>,
+    pub pod_ip: String,
+}
+
+/// Everything pod syncs share.
+pub struct Shared {
+    pub volumes: crate::volumes::VolumeManager,
+    pub prober: crate::probe::Prober,
+    /// Asks the pod manager to sync a pod (by UID) soon.
+    pub wake: tokio::sync::mpsc::UnboundedSender<String>,
+    pub config: KubeletConfig,
+    pub client: kube::Client,
+    pub runtime: Arc<dyn Runtime>,
+    pub recorder: Recorder,
+    pub node_cpu: f64,
+    pub node_memory: f64,
+    pub memory: Mutex<Memory>,
+}
+
+/// The pod cgroup's memory limit (when every container has one) and cpu shares.
+fn pod_limits(pod: &Pod) -> (Option<u64>, u64) {
+    let spec = pod.spec.as_ref().expect("pod spec");
+    let parse = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+        q.and_then(|q| minik8s_api::quantity::parse(&q.0))
+    };
+    let mut memory = Some(0u64);
+    let mut milli_cpu = 0f64;
+    for c in &spec.containers {
+        let r = c.resources.as_ref();
+        match parse(
+            r.and_then(|r| r.limits.as_ref())
+                .and_then(|l| l.get("memory")),
+        ) {
+            Some(m) => memory = memory.map(|t| t + m as u64),
+            None => memory = None,
+        }
+        milli_cpu += parse(
+            r.and_then(|r| r.requests.as_ref())
+                .and_then(|l| l.get("cpu")),
+        )
+        .unwrap_or(0.0)
+            * 1000.0;
+    }
+    (memory, (milli_cpu * 1024.0 / 1000.0) as u64)
+}
+
+fn now_ns() -> i64 {
+    jiff::Timestamp::now().as_nanosecond() as i64
+}
+
+fn object_ref(pod: &Pod, field: Option<String>) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        namespace: pod.metadata.namespace.clone(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+        field_path: field,
+    }
+}
+
+impl Shared {
+    /// Records an event about the pod (or one of its containers), as the kubelet does.
+    async fn event(
+        &self,
+        pod: &Pod,
+        container: Option<&str>,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let field = container.map(|c| {
+            let init = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.init_containers.as_ref())
+                .is_some_and(|i| i.iter().any(|x| x.name == c));
+            if init {
+                format!("spec.initContainers{{{c}}}")
+            } else {
+                format!("spec.containers{{{c}}}")
+            }
+        });
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &object_ref(pod, field)).await {
+            tracing::debug!(error = %e, reason, "recording an event failed");
+        }
+    }
+
+    /// An event about one of the pod's containers.
+    pub async fn event_about(&self, pod: &Pod, container: &str, reason: &str, note: String) {
+        self.event(pod, Some(container), true, reason, note).await;
+    }
+
+    /// The runtime's view of one pod, with full container statuses.
+    pub async fn runtime_pod(&self, pod_uid: &str) -> Result<RuntimePod, RuntimeError> {
+        let sandboxes: Vec<cri::PodSandbox> = self
+            .runtime
+            .list_pod_sandboxes()
+            .await?
+            .into_iter()
+            .filter(|s| {
+                s.labels
+                    .get(super::model::keys::POD_UID)
+                    .map(String::as_str)
+                    == Some(pod_uid)
+            })
+            .collect();
+        let mut ips = BTreeMap::new();
+        if let Some(latest) = sandboxes.iter().max_by_key(|s| s.created_at) {
+            match self.runtime.pod_sandbox_status(&latest.id).await {
+                Ok(st) => {
+                    if let Some(ip) = st.network.map(|n| n.ip).filter(|ip| !ip.is_empty()) {
+                        ips.insert(latest.id.clone(), ip);
+                    }
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut containers = Vec::new();
+        for c in self.runtime.list_containers().await? {
+            if c.labels
+                .get(super::model::keys::POD_UID)
+                .map(String::as_str)
+                != Some(pod_uid)
+            {
+                continue;
+            }
+            match self.runtime.container_status(&c.id).await {
+                Ok(st) => containers.push((c, st)),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(group_by_pod(&sandboxes, &ips, &containers)
+            .remove(pod_uid)
+            .unwrap_or_else(|| RuntimePod {
+                uid: pod_uid.into(),
+                ..Default::default()
+            }))
+    }
+
+    fn set_waiting(&self, pod_uid: &str, name: &str, reason: &str, message: String) {
+        let mut m = self.memory.lock().expect("kubelet memory");
+        m.waiting.entry(pod_uid.into()).or_default().insert(
+            name.into(),
+            Waiting {
+                reason: reason.into(),
+                message,
+            },
+        );
+    }
+
+    fn clear_waiting(&self, pod_uid: &str, name: &str) {
+        let mut m = self.memory.lock().expect("kubelet memory");
+        if let Some(w) = m.waiting.get_mut(pod_uid) {
+            w.remove(name);
+        }
+    }
+
+    /// Makes sure the image is present as `imagePullPolicy` asks; returns its reference.
+    async fn ensure_image(&self, pod: &Pod, c: &Container) -> Result<String, (String, String)> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = c
+            .image_pull_policy
+            .clone()
+            .unwrap_or_else(|| minik8s_api::kinds::pod::default_pull_policy(&image).into());
+        let present = self
+            .runtime
+            .image_status(&image)
+            .await
+            .map_err(|e| ("ErrImageInspect".to_string(), e.message))?;
+        match (policy.as_str(), present) {
+            ("Never", None) => {
+                let msg =
+                    format!("Container image \"{image}\" is not present with pull policy of Never");
+                self.event(pod, Some(&c.name), true, "ErrImageNeverPull", msg.clone())
+                    .await;
+                Err(("ErrImageNeverPull".into(), msg))
+            }
+            ("IfNotPresent" | "Never", Some(img)) => {
+                self.event(
+                    pod,
+                    Some(&c.name),
+                    false,
+                    "Pulled",
+                    format!("Container image \"{image}\" already present on machine"),
+                )
+                .await;
+                Ok(img.id)
+            }
+            _ => {
+                let key = format!("{}/{}", uid(pod), image);
+                let now = now_ns();
+                let in_backoff = self
+                    .memory
+                    .lock()
+                    .expect("kubelet memory")
+                    .image_backoff
+                    .in_backoff(&key, now);
+                if in_backoff {
+                    let msg = format!("Back-off pulling image \"{image}\"");
+                    self.event(pod, Some(&c.name), false, "BackOff", msg.clone())
+                        .await;
+                    return Err(("ImagePullBackOff".into(), msg));
+                }
+                self.event(
+                    pod,
+                    Some(&c.name),
+                    false,
+                    "Pulling",
+                    format!("Pulling image \"{image}\""),
+                )
+                .await;
+                let started = std::time::Instant::now();
+                match self.runtime.pull_image(&image).await {
+                    Ok(r) => {
+                        let msg = format!(
+                            "Successfully pulled image \"{image}\" in {:?}",
+                            started.elapsed()
+                        );
+                        self.event(pod, Some(&c.name), false, "Pulled", msg).await;
+                        Ok(r)
+                    }
+                    Err(e) => {
+                        self.memory
+                            .lock()
+                            .expect("kubelet memory")
+                            .image_backoff
+                            .next(&key, now);
+                        let msg = format!("Failed to pull image \"{image}\": {}", e.message);
+                        self.event(pod, Some(&c.name), true, "Failed", msg.clone())
+                            .await;
+                        Err(("ErrImagePull".into(), msg))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Creates and starts one container, or records why it could not.
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        sandbox: &Sandbox<'_>,
+        c: &Container,
+        attempt: u32,
+        init: bool,
+    ) -> bool {
+        let pod_uid = uid(pod).to_string();
+        let image_ref = match self.ensure_image(pod, c).await {
+            Ok(r) => r,
+            Err((reason, message)) => {
+                self.set_waiting(&pod_uid, &c.name, &reason, message);
+                return false;
+            }
+        };
+        let ctx = FieldContext {
+            host_ip: &self.config.node_ip.to_string(),
+            pod_ip: sandbox.pod_ip,
+            node_cpu: self.node_cpu,
+            node_memory: self.node_memory,
+        };
+        let env = match env::build(&self.client, pod, c, &ctx).await {
+            Ok(e) => e,
+            Err(e) => {
+                self.event(pod, Some(&c.name), true, "Failed", format!("Error: {e}"))
+                    .await;
+                self.set_waiting(&pod_uid, &c.name, "CreateContainerConfigError", e.0);
+                return false;
+            }
+        };
+        let env_map: BTreeMap<String, String> = env.iter().cloned().collect();
+        let mounts = match self.volumes.mounts(pod, sandbox.volumes, c, &env_map) {
+            Ok(m) => m,
+            Err(e) => {
+                self.event(pod, Some(&c.name), true, "Failed", format!("Error: {e}"))
+                    .await;
+                self.set_waiting(
+                    &pod_uid,
+                    &c.name,
+                    "CreateContainerConfigError",
+                    e.to_string(),
+                );
+                return false;
+            }
+        };
+        let config = spec::container_config(
+            pod,
+            c,
+            ContainerInputs {
+                image_ref: &image_ref,
+                attempt,
+                env: &env,
+                mounts,
+                node_memory: self.node_memory,
+                init,
+            },
+        );
+        let id = match self
+            .runtime
+            .create_container(sandbox.id, config, sandbox.config.clone())
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                self.event(
+                    pod,
+                    Some(&c.name),
+                    true,
+                    "Failed",
+                    format!("Error: {}", e.message),
+                )
+                .await;
+                self.set_waiting(&pod_uid, &c.name, "CreateContainerError", e.message);
+                return false;
+            }
+        };
+        self.event(
+            pod,
+            Some(&c.name),
+            false,
+            "Created",
+            format!("Created container {}", c.name),
+        )
+        .await;
+        if let Err(e) = self.runtime.start_container(&id).await {
+            self.event(
+                pod,
+                Some(&c.name),
+                true,
+                "Failed",
+                format!("Error: {}", e.message),
+            )
+            .await;
+            self.set_waiting(&pod_uid, &c.name, "RunContainerError", e.message);
+            return false;
+        }
+        self.clear_waiting(&pod_uid, &c.name);
+        self.event(
+            pod,
+            Some(&c.name),
+            false,
+            "Started",
+            format!("Started container {}", c.name),
+        )
+        .await;
+        true
+    }
+
+    /// Whether a crashed container is still inside its back-off window; records the wait.
+    fn held_back(&self, pod: &Pod, rt: &RuntimePod, c: &Container) -> Option<Duration> {
+        let latest = rt.latest(&c.name).filter(|l| l.state == State::Exited)?;
+        let key = format!("{}/{}/{}", uid(pod), c.name, container_hash(c));
+        let now = now_ns();
+        let mut m = self.memory.lock().expect("kubelet memory");
+        if m.backoff.in_backoff_since(&key, latest.finished_at, now) {
+            let left = m.backoff.remaining(&key, latest.finished_at, now);
+            let message = format!(
+                "back-off {:?} restarting failed container={} pod={}",
+                m.backoff.get(&key),
+                c.name,
+                pod_display(pod)
+            );
+            m.waiting.entry(uid(pod).into()).or_default().insert(
+                c.name.clone(),
+                Waiting {
+                    reason: "CrashLoopBackOff".into(),
+                    message,
+                },
+            );
+            return left.or(Some(Duration::from_millis(100)));
+        }
+        m.backoff.next(&key, latest.finished_at);
+        None
+    }
+
+    /// Stops a container: preStop hook, then SIGTERM, then SIGKILL once the grace period ends.
+    async fn kill_container(&self, pod: &Pod, id: &str, name: &str, message: &str, grace: i64) {
+        let c = pod.spec.as_ref().and_then(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .find(|c| c.name == name)
+                .cloned()
+        });
+        if !message.is_empty() {
+            self.event(
+                pod,
+                Some(name),
+                false,
+                "Killing",
+                format!("Stopping container {name}"),
+            )
+            .await;
+        }
+        let started = std::time::Instant::now();
+        if let Some(exec) = c
+            .as_ref()
+            .and_then(|c| c.lifecycle.as_ref())
+            .and_then(|l| l.pre_stop.as_ref())
+            .and_then(|h| h.exec.as_ref())
+        {
+            let cmd = exec.command.clone().unwrap_or_default();
+            if let Err(e) = self.runtime.exec_sync(id, cmd, grace.max(1)).await {
+                tracing::debug!(container = name, error = %e, "preStop hook failed");
+            }
+        }
+        let left = (grace - started.elapsed().as_secs() as i64).max(if grace > 0 { 2 } else { 0 });
+        if let Err(e) = self.runtime.stop_container(id, left).await
+            && !e.is_not_found()
+        {
+            tracing::warn!(container = name, error = %e, "stopping a container failed");
+        }
+    }
+
+    fn grace_period(pod: &Pod) -> i64 {
+        pod.metadata
+            .deletion_grace_period_seconds
+            .or(pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds))
+            .unwrap_or(30)
+    }
+
+    /// Stops every container and the sandboxes of the pod.
+    async fn kill_pod(&self, pod: &Pod, rt: &RuntimePod) -> Result<(), RuntimeError> {
+        let grace = Self::grace_period(pod);
+        let running: Vec<_> = rt
+            .containers
+            .iter()
+            .filter(|c| c.state == State::Running || c.state == State::Created)
+            .collect();
+        futures::future::join_all(
+            running
+                .iter()
+                .map(|c| self.kill_container(pod, &c.id, &c.name, "stopping pod", grace)),
+        )
+        .await;
+        for s in rt.sandboxes.iter().filter(|s| s.ready) {
+            if let Err(e) = self.runtime.stop_pod_sandbox(&s.id).await
+                && !e.is_not_found()
+            {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes what is left of a pod in the runtime.
+    pub async fn remove_pod(&self, rt: &RuntimePod) -> Result<(), RuntimeError> {
+        for c in &rt.containers {
+            if c.state == State::Running {
+                let _ = self.runtime.stop_container(&c.id, 0).await;
+            }
+            match self.runtime.remove_container(&c.id).await {
+                Err(e) if !e.is_not_found() => return Err(e),
+                _ => {}
+            }
+        }
+        for s in &rt.sandboxes {
+            let _ = self.runtime.stop_pod_sandbox(&s.id).await;
+            match self.runtime.remove_pod_sandbox(&s.id).await {
+                Err(e) if !e.is_not_found() => return Err(e),
+                _ => {}
+            }
+        }
+        if let Err(e) = self.volumes.teardown(&rt.uid).await {
+            tracing::warn!(pod_uid = %rt.uid, error = %e, "tearing down volumes failed");
+        }
+        let uid = rt.uid.replace('-', "_");
+        let root = self.config.cgroup_root.trim_end_matches('/');
+        for qos in ["", "besteffort/", "burstable/"] {
+            if let Err(e) =
+                crate::cgroups::remove(&self.config.cgroups_path, &format!("{root}/{qos}pod{uid}"))
+            {
+                tracing::warn!(pod_uid = %rt.uid, error = %e, "removing the pod cgroup failed");
+            }
+        }
+        let mut m = self.memory.lock().expect("kubelet memory");
+        m.waiting.remove(&rt.uid);
+        m.backoff.forget_prefix(&format!("{}/", rt.uid));
+        m.image_backoff.forget_prefix(&format!("{}/", rt.uid));
+        for c in &rt.containers {
+            m.probes.remove(&c.id);
+            m.unhealthy.remove(&c.id);
+        }
+        Ok(())
+    }
+
+    /// Writes the status through the status subresource when it changed.
+    async fn report(&self, pod: &Pod, rt: &RuntimePod) -> Result<(), kube::Error> {
+        let (waiting, probes) = {
+            let m = self.memory.lock().expect("kubelet memory");
+            (
+                m.waiting.get(uid(pod)).cloned().unwrap_or_default(),
+                m.probes.clone(),
+            )
+        };
+        let messages: HashMap<String, String> = rt
+            .containers
+            .iter()
+            .filter_map(|c| c.termination_message.clone().map(|m| (c.id.clone(), m)))
+            .collect();
+        let host_ip = self.config.node_ip.to_string();
+        let new = status::generate(&Inputs {
+            pod,
+            runtime: rt,
+            waiting: &waiting,
+            probes: &probes,
+            host_ip: &host_ip,
+            messages: &messages,
+            now: Time(
+                jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+                    .unwrap_or_default(),
+            ),
+        });
+        if pod.status.as_ref() == Some(&new) {
+            return Ok(());
+        }
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        let patch = serde_json::json!({"metadata": {"uid": uid(pod)}, "status": new});
+        api.patch_status(
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// One sync of one pod: bring the runtime in line with the spec, then report.
+    pub async fn sync(&self, pod: &Pod) -> Result<Outcome, SyncError> {
+        let pod_uid = uid(pod).to_string();
+        let rt = self.runtime_pod(&pod_uid).await?;
+        if pod.metadata.deletion_timestamp.is_some() {
+            return self.terminate(pod, rt).await;
+        }
+        let terminal = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if terminal {
+            if rt.sandboxes.iter().any(|s| s.ready)
+                || rt.containers.iter().any(|c| c.state == State::Running)
+            {
+                self.kill_pod(pod, &rt).await?;
+            }
+            return Ok(Outcome::default());
+        }
+        let spec = pod.spec.as_ref().expect("pod spec");
+        let hashes: Vec<String> = spec.containers.iter().map(container_hash).collect();
+        let unhealthy = self
+            .memory
+            .lock()
+            .expect("kubelet memory")
+            .unhealthy
+            .clone();
+        let plan: Actions = actions::compute(pod, &rt, &hashes, &unhealthy);
+        let mut outcome = Outcome::default();
+        if plan.kill_pod {
+            self.kill_pod(pod, &rt).await?;
+        }
+        for k in &plan.kill {
+            self.kill_container(pod, &k.id, &k.name, &k.message, Self::grace_period(pod))
+                .await;
+            self.memory
+                .lock()
+                .expect("kubelet memory")
+                .unhealthy
+                .remove(&k.id);
+        }
+        let needs_volumes =
+            plan.create_sandbox.is_some() || plan.next_init.is_some() || !plan.start.is_empty();
+        let volumes = if needs_volumes {
+            match self.volumes.setup(pod).await {
+                Ok(v) => v,
+                Err(e) => {
+                    // Containers wait (ContainerCreating) until the volumes can be set up.
+                    self.event(pod, None, true, e.reason(), e.to_string()).await;
+                    if e.reason() == "CreateContainerConfigError" {
+                        for c in &spec.containers {
+                            self.set_waiting(
+                                &pod_uid,
+                                &c.name,
+                                "CreateContainerConfigError",
+                                e.to_string(),
+                            );
+                        }
+                    }
+                    let rt = self.runtime_pod(&pod_uid).await?;
+                    self.report(pod, &rt).await?;
+                    return Ok(Outcome {
+                        requeue_after: Some(Duration::from_secs(2)),
+                        ..Default::default()
+                    });
+                }
+            }
+        } else {
+            if let Err(e) = self.volumes.refresh(pod).await {
+                tracing::debug!(pod = %pod_display(pod), error = %e, "refreshing volumes failed");
+            }
+            Default::default()
+        };
+        let mut sandbox_id = plan.sandbox_id.clone();
+        let attempt = plan
+            .create_sandbox
+            .or(rt.sandboxes.first().map(|s| s.attempt))
+            .unwrap_or(0);
+        let sandbox = spec::sandbox_config(&self.config, pod, attempt);
+        if let Some(attempt) = plan.create_sandbox {
+            tracing::info!(pod = %pod_display(pod), attempt, "creating sandbox");
+            let (memory, shares) = pod_limits(pod);
+            if let Err(e) = crate::cgroups::create(
+                &self.config.cgroups_path,
+                &spec::pod_cgroup(&self.config, pod),
+                memory,
+                shares,
+            ) {
+                tracing::warn!(pod = %pod_display(pod), error = %e, "creating the pod cgroup failed");
+            }
+            match self.runtime.run_pod_sandbox(sandbox.clone()).await {
+                Ok(id) => sandbox_id = Some(id),
+                Err(e) => {
+                    self.event(
+                        pod,
+                        None,
+                        true,
+                        "FailedCreatePodSandBox",
+                        format!("Failed to create pod sandbox: {}", e.message),
+                    )
+                    .await;
+                    return Err(e.into());
+                }
+            }
+        }
+        let pod_ip = match &sandbox_id {
+            Some(id) => self
+                .runtime
+                .pod_sandbox_status(id)
+                .await
+                .ok()
+                .and_then(|s| s.network)
+                .map(|n| n.ip)
+                .unwrap_or_default(),
+            None => String::new(),
+        };
+        if let Some(sandbox_id) = sandbox_id.as_deref() {
+            // After a new sandbox, earlier containers are history: attempts continue from them.
+            let fresh = plan.create_sandbox.is_some();
+            if let Some(i) = plan.next_init {
+                let c = &spec.init_containers.as_ref().expect("init containers")[i];
+                let current = if fresh { None } else { Some(&rt) };
+                match current.and_then(|rt| self.held_back(pod, rt, c)) {
+                    Some(wait) => outcome.requeue_after = Some(wait),
+                    None => {
+                        let attempt = rt.latest(&c.name).map(|l| l.attempt + 1).unwrap_or(0);
+                        self.start_container(
+                            pod,
+                            &Sandbox {
+                                id: sandbox_id,
+                                config: &sandbox,
+                                pod_ip: &pod_ip,
+                                volumes: &volumes,
+                            },
+                            c,
+                            attempt,
+                            true,
+                        )
+                        .await;
+                    }
+                }
+            }
+            for &i in &plan.start {
+                let c = &spec.containers[i];
+                let current = if fresh { None } else { Some(&rt) };
+                if let Some(wait) = current.and_then(|rt| self.held_back(pod, rt, c)) {
+                    outcome.requeue_after =
+                        Some(outcome.requeue_after.map_or(wait, |w| w.min(wait)));
+                    continue;
+                }
+                let attempt = rt.latest(&c.name).map(|l| l.attempt + 1).unwrap_or(0);
+                if !self
+                    .start_container(
+                        pod,
+                        &Sandbox {
+                            id: sandbox_id,
+                            config: &sandbox,
+                            pod_ip: &pod_ip,
+                            volumes: &volumes,
+                        },
+                        c,
+                        attempt,
+                        false,
+                    )
+                    .await
+                {
+                    // Image pulls and config errors are retried after a short back-off.
+                    outcome.requeue_after = Some(
+                        outcome
+                            .requeue_after
+                            .map_or(Duration::from_secs(5), |w| w.min(Duration::from_secs(5))),
+                    );
+                }
+            }
+        }
+        let rt = self.runtime_pod(&pod_uid).await?;
+        self.report(pod, &rt).await?;
+        outcome.running = rt
+            .containers
+            .iter()
+            .filter(|c| c.state == State::Running)
+            .map(|c| (c.id.clone(), c.name.clone()))
+            .collect();
+        outcome.pod_ip = if actions::host_network(pod) {
+            self.config.node_ip.to_string()
+        } else {
+            rt.sandboxes
+                .first()
+                .and_then(|s| s.ip.clone())
+                .unwrap_or_default()
+        };
+        Ok(outcome)
+    }
+
+    /// A pod being deleted: stop it within its grace period, clean up, report, and let the
+    /// API server remove it.
+    async fn terminate(&self, pod: &Pod, rt: RuntimePod) -> Result<Outcome, SyncError> {
+        tracing::info!(pod = %pod_display(pod), "terminating");
+        self.kill_pod(pod, &rt).await?;
+        let rt = self.runtime_pod(uid(pod)).await?;
+        self.report(pod, &rt).await?;
+        self.remove_pod(&rt).await?;
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api
+            .delete(pod.metadata.name.as_deref().unwrap_or_default(), &params)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Outcome {
+            done: true,
+            ..Default::default()
+        })
+    }
+}

@@ -1,0 +1,517 @@
+//! An in-memory runtime for tests: it keeps sandboxes, containers and images as a runtime
+//! would, records every call, and lets a test make containers exit.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use k8s_cri::v1 as cri;
+
+use super::{Result, Runtime, RuntimeError};
+
+#[derive(Clone, Debug)]
+struct Sandbox {
+    config: cri::PodSandboxConfig,
+    ready: bool,
+    created_at: i64,
+    ip: String,
+}
+
+#[derive(Clone, Debug)]
+struct Ctr {
+    sandbox: String,
+    config: cri::ContainerConfig,
+    state: cri::ContainerState,
+    created_at: i64,
+    started_at: i64,
+    finished_at: i64,
+    exit_code: i32,
+    reason: String,
+}
+
+#[derive(Default)]
+struct State {
+    clock: i64,
+    next_id: u64,
+    next_ip: u8,
+    sandboxes: BTreeMap<String, Sandbox>,
+    containers: BTreeMap<String, Ctr>,
+    images: BTreeSet<String>,
+    calls: Vec<String>,
+    /// Exit codes for ExecSync by container ID (0 when absent).
+    exec_exit: BTreeMap<String, i32>,
+}
+
+#[derive(Default)]
+pub struct FakeRuntime {
+    state: Mutex<State>,
+}
+
+fn not_found(op: &'static str, id: &str) -> RuntimeError {
+    RuntimeError {
+        operation: op,
+        code: tonic::Code::NotFound,
+        message: format!("{id} not found"),
+    }
+}
+
+/// Image names as the CRI normalizes them.
+fn normalize(image: &str) -> String {
+    let with_tag = if image
+        .rsplit('/')
+        .next()
+        .is_some_and(|last| last.contains(':') || last.contains('@'))
+    {
+        image.to_string()
+    } else {
+        format!("{image}:latest")
+    };
+    match with_tag.split('/').count() {
+        1 => format!("docker.io/library/{with_tag}"),
+        2 if !with_tag
+            .split('/')
+            .next()
+            .is_some_and(|h| h.contains('.') || h.contains(':')) =>
+        {
+            format!("docker.io/{with_tag}")
+        }
+        _ => with_tag,
+    }
+}
+
+impl FakeRuntime {
+    pub fn with_images(images: &[&str]) -> Self {
+        let f = FakeRuntime::default();
+        f.state.lock().expect("fake").images = images.iter().map(|i| normalize(i)).collect();
+        f
+    }
+
+    /// Wall-clock nanoseconds, strictly increasing between calls.
+    fn tick(s: &mut State) -> i64 {
+        let now = jiff::Timestamp::now().as_nanosecond() as i64;
+        s.clock = now.max(s.clock + 1);
+        s.clock
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.state.lock().expect("fake").calls.clone()
+    }
+
+    /// Makes the running container named `name` (in the pod with `pod_uid`) exit.
+    pub fn exit(&self, pod_uid: &str, name: &str, code: i32, reason: &str) -> bool {
+        let mut s = self.state.lock().expect("fake");
+        let now = Self::tick(&mut s);
+        let target = s
+            .containers
+            .iter_mut()
+            .filter(|(_, c)| {
+                c.config
+                    .labels
+                    .get(crate::pod::model::keys::POD_UID)
+                    .map(String::as_str)
+                    == Some(pod_uid)
+            })
+            .filter(|(_, c)| c.config.metadata.as_ref().is_some_and(|m| m.name == name))
+            .find(|(_, c)| c.state == cri::ContainerState::ContainerRunning);
+        match target {
+            Some((_, c)) => {
+                c.state = cri::ContainerState::ContainerExited;
+                c.exit_code = code;
+                c.finished_at = now;
+                c.reason = reason.into();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes a container behind the kubelet's back.
+    pub fn remove_behind_back(&self, pod_uid: &str, name: &str) {
+        let mut s = self.state.lock().expect("fake");
+        s.containers.retain(|_, c| {
+            !(c.config
+                .labels
+                .get(crate::pod::model::keys::POD_UID)
+                .map(String::as_str)
+                == Some(pod_uid)
+                && c.config.metadata.as_ref().is_some_and(|m| m.name == name))
+        });
+    }
+
+    pub fn set_exec_exit(&self, container_id: &str, code: i32) {
+        self.state
+            .lock()
+            .expect("fake")
+            .exec_exit
+            .insert(container_id.into(), code);
+    }
+
+    /// IDs and names of running containers of a pod.
+    pub fn running(&self, pod_uid: &str) -> Vec<(String, String)> {
+        let s = self.state.lock().expect("fake");
+        s.containers
+            .iter()
+            .filter(|(_, c)| {
+                c.config
+                    .labels
+                    .get(crate::pod::model::keys::POD_UID)
+                    .map(String::as_str)
+                    == Some(pod_uid)
+            })
+            .filter(|(_, c)| c.state == cri::ContainerState::ContainerRunning)
+            .map(|(id, c)| {
+                (
+                    id.clone(),
+                    c.config.metadata.clone().unwrap_or_default().name,
+                )
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Runtime for FakeRuntime {
+    async fn version(&self) -> Result<cri::VersionResponse> {
+        Ok(cri::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "fake".into(),
+            runtime_version: "1.0".into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn status(&self) -> Result<cri::StatusResponse> {
+        let ready = |t: &str| cri::RuntimeCondition {
+            r#type: t.into(),
+            status: true,
+            reason: String::new(),
+            message: String::new(),
+        };
+        Ok(cri::StatusResponse {
+            status: Some(cri::RuntimeStatus {
+                conditions: vec![ready("RuntimeReady"), ready("NetworkReady")],
+            }),
+            ..Default::default()
+        })
+    }
+
+    async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String> {
+        let mut s = self.state.lock().expect("fake");
+        s.next_id += 1;
+        s.next_ip = s.next_ip.wrapping_add(1).max(2);
+        let id = format!("sandbox-{}", s.next_id);
+        let now = Self::tick(&mut s);
+        let ip = format!("10.244.0.{}", s.next_ip);
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        s.calls.push(format!("RunPodSandbox {name}"));
+        s.sandboxes.insert(
+            id.clone(),
+            Sandbox {
+                config,
+                ready: true,
+                created_at: now,
+                ip,
+            },
+        );
+        Ok(id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        let mut s = self.state.lock().expect("fake");
+        s.calls.push(format!("StopPodSandbox {id}"));
+        let now = s.clock;
+        for c in s
+            .containers
+            .values_mut()
+            .filter(|c| c.sandbox == id && c.state == cri::ContainerState::ContainerRunning)
+        {
+            c.state = cri::ContainerState::ContainerExited;
+            c.exit_code = 137;
+            c.finished_at = now;
+        }
+        match s.sandboxes.get_mut(id) {
+            Some(sb) => {
+                sb.ready = false;
+                Ok(())
+            }
+            None => Err(not_found("StopPodSandbox", id)),
+        }
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        let mut s = self.state.lock().expect("fake");
+        s.calls.push(format!("RemovePodSandbox {id}"));
+        s.containers.retain(|_, c| c.sandbox != id);
+        s.sandboxes
+            .remove(id)
+            .map(|_| ())
+            .ok_or_else(|| not_found("RemovePodSandbox", id))
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus> {
+        let s = self.state.lock().expect("fake");
+        let sb = s
+            .sandboxes
+            .get(id)
+            .ok_or_else(|| not_found("PodSandboxStatus", id))?;
+        Ok(cri::PodSandboxStatus {
+            id: id.into(),
+            metadata: sb.config.metadata.clone(),
+            state: if sb.ready {
+                cri::PodSandboxState::SandboxReady as i32
+            } else {
+                cri::PodSandboxState::SandboxNotready as i32
+            },
+            created_at: sb.created_at,
+            network: Some(cri::PodSandboxNetworkStatus {
+                ip: sb.ip.clone(),
+                additional_ips: vec![],
+            }),
+            labels: sb.config.labels.clone(),
+            annotations: sb.config.annotations.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn list_pod_sandboxes(&self) -> Result<Vec<cri::PodSandbox>> {
+        let s = self.state.lock().expect("fake");
+        Ok(s.sandboxes
+            .iter()
+            .map(|(id, sb)| cri::PodSandbox {
+                id: id.clone(),
+                metadata: sb.config.metadata.clone(),
+                state: if sb.ready {
+                    cri::PodSandboxState::SandboxReady as i32
+                } else {
+                    cri::PodSandboxState::SandboxNotready as i32
+                },
+                created_at: sb.created_at,
+                labels: sb.config.labels.clone(),
+                annotations: sb.config.annotations.clone(),
+                runtime_handler: String::new(),
+            })
+            .collect())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        _sandbox: cri::PodSandboxConfig,
+    ) -> Result<String> {
+        let mut s = self.state.lock().expect("fake");
+        if !s.sandboxes.contains_key(sandbox_id) {
+            return Err(not_found("CreateContainer", sandbox_id));
+        }
+        s.next_id += 1;
+        let id = format!("ctr-{}", s.next_id);
+        let now = Self::tick(&mut s);
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| format!("{}#{}", m.name, m.attempt))
+            .unwrap_or_default();
+        s.calls.push(format!("CreateContainer {name}"));
+        s.containers.insert(
+            id.clone(),
+            Ctr {
+                sandbox: sandbox_id.into(),
+                config,
+                state: cri::ContainerState::ContainerCreated,
+                created_at: now,
+                started_at: 0,
+                finished_at: 0,
+                exit_code: 0,
+                reason: String::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        let mut s = self.state.lock().expect("fake");
+        let now = Self::tick(&mut s);
+        s.calls.push(format!("StartContainer {id}"));
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("StartContainer", id))?;
+        c.state = cri::ContainerState::ContainerRunning;
+        c.started_at = now;
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, timeout_seconds: i64) -> Result<()> {
+        let mut s = self.state.lock().expect("fake");
+        let now = Self::tick(&mut s);
+        s.calls
+            .push(format!("StopContainer {id} {timeout_seconds}"));
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("StopContainer", id))?;
+        if c.state == cri::ContainerState::ContainerRunning {
+            c.state = cri::ContainerState::ContainerExited;
+            c.exit_code = 137;
+            c.finished_at = now;
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        let mut s = self.state.lock().expect("fake");
+        s.calls.push(format!("RemoveContainer {id}"));
+        s.containers
+            .remove(id)
+            .map(|_| ())
+            .ok_or_else(|| not_found("RemoveContainer", id))
+    }
+
+    async fn list_containers(&self) -> Result<Vec<cri::Container>> {
+        let s = self.state.lock().expect("fake");
+        Ok(s.containers
+            .iter()
+            .map(|(id, c)| cri::Container {
+                id: id.clone(),
+                pod_sandbox_id: c.sandbox.clone(),
+                metadata: c.config.metadata.clone(),
+                image: c.config.image.clone(),
+                image_ref: "sha256:fake".into(),
+                state: c.state as i32,
+                created_at: c.created_at,
+                labels: c.config.labels.clone(),
+                annotations: c.config.annotations.clone(),
+                image_id: String::new(),
+            })
+            .collect())
+    }
+
+    async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus> {
+        let s = self.state.lock().expect("fake");
+        let c = s
+            .containers
+            .get(id)
+            .ok_or_else(|| not_found("ContainerStatus", id))?;
+        Ok(cri::ContainerStatus {
+            id: id.into(),
+            metadata: c.config.metadata.clone(),
+            state: c.state as i32,
+            created_at: c.created_at,
+            started_at: c.started_at,
+            finished_at: c.finished_at,
+            exit_code: c.exit_code,
+            image: c.config.image.clone(),
+            image_ref: "sha256:fake".into(),
+            reason: c.reason.clone(),
+            labels: c.config.labels.clone(),
+            annotations: c.config.annotations.clone(),
+            log_path: c.config.log_path.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        _timeout_seconds: i64,
+    ) -> Result<cri::ExecSyncResponse> {
+        let mut s = self.state.lock().expect("fake");
+        s.calls.push(format!("ExecSync {id} {}", cmd.join(" ")));
+        let code = s.exec_exit.get(id).copied().unwrap_or(0);
+        Ok(cri::ExecSyncResponse {
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            exit_code: code,
+        })
+    }
+
+    async fn exec(&self, _req: cri::ExecRequest) -> Result<String> {
+        Ok("http://127.0.0.1:1/exec/fake".into())
+    }
+
+    async fn attach(&self, _req: cri::AttachRequest) -> Result<String> {
+        Ok("http://127.0.0.1:1/attach/fake".into())
+    }
+
+    async fn port_forward(&self, _req: cri::PortForwardRequest) -> Result<String> {
+        Ok("http://127.0.0.1:1/portforward/fake".into())
+    }
+
+    async fn list_container_stats(&self) -> Result<Vec<cri::ContainerStats>> {
+        Ok(Vec::new())
+    }
+
+    async fn list_pod_sandbox_stats(&self) -> Result<Vec<cri::PodSandboxStats>> {
+        Ok(Vec::new())
+    }
+
+    async fn update_pod_cidr(&self, _cidr: &str) -> Result<()> {
+        Ok(())
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
+        let s = self.state.lock().expect("fake");
+        let name = normalize(image);
+        Ok(s.images.contains(&name).then(|| cri::Image {
+            id: format!("sha256:{name}"),
+            repo_tags: vec![name],
+            size: 1,
+            ..Default::default()
+        }))
+    }
+
+    async fn pull_image(&self, image: &str) -> Result<String> {
+        let mut s = self.state.lock().expect("fake");
+        s.calls.push(format!("PullImage {image}"));
+        Err(RuntimeError {
+            operation: "PullImage",
+            code: tonic::Code::Unknown,
+            message: format!(
+                "failed to pull and unpack image \"{}\": dial tcp: lookup registry: no such host",
+                normalize(image)
+            ),
+        })
+    }
+
+    async fn list_images(&self) -> Result<Vec<cri::Image>> {
+        let s = self.state.lock().expect("fake");
+        Ok(s.images
+            .iter()
+            .map(|i| cri::Image {
+                id: format!("sha256:{i}"),
+                repo_tags: vec![i.clone()],
+                size: 1,
+                ..Default::default()
+            })
+            .collect())
+    }
+
+    async fn image_fs_info(&self) -> Result<cri::ImageFsInfoResponse> {
+        Ok(cri::ImageFsInfoResponse::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names() {
+        assert_eq!(
+            super::normalize("busybox:1.36"),
+            "docker.io/library/busybox:1.36"
+        );
+        assert_eq!(
+            super::normalize("busybox"),
+            "docker.io/library/busybox:latest"
+        );
+        assert_eq!(
+            super::normalize("registry.k8s.io/pause:3.9"),
+            "registry.k8s.io/pause:3.9"
+        );
+        assert_eq!(super::normalize("me/app:1"), "docker.io/me/app:1");
+    }
+}
