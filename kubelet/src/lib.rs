@@ -1,11 +1,15 @@
 //! The node agent: registers the node, runs this node's pods on containerd through the CRI,
 //! and reports their status. Everything it knows comes from the API server and the runtime;
-//! it keeps no files of its own as the source of truth.
+//! it keeps no files of its own as the source of truth. It can run its own containerd
+//! (`containerd`), and images are built on the machine and imported into containerd without a
+//! registry (`images`).
 
 pub mod cgroups;
 pub mod cni;
 pub mod config;
+pub mod containerd;
 pub mod env;
+pub mod images;
 pub mod node;
 pub mod pod;
 pub mod probe;

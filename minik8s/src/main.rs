@@ -1,5 +1,6 @@
 //! One binary for every minik8s component. `server` runs the control plane on this machine
-//! (today the API server; later issues add controllers, scheduler and agent to it).
+//! (today the API server; later issues add controllers, scheduler and agent to it). `image`
+//! builds and imports container images without a registry.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -26,6 +27,56 @@ enum Command {
     Server(ServerArgs),
     /// Run the API server alone.
     Apiserver(ServerArgs),
+    /// Build and import container images without a registry.
+    #[command(subcommand)]
+    Image(ImageCommand),
+}
+
+#[derive(Subcommand)]
+enum ImageCommand {
+    /// Build OCI image layout tarballs (`<name>.tar`) from files on this machine.
+    Build(ImageBuildArgs),
+    /// Import every `*.tar` OCI layout in a directory into containerd (as `ctr images import`).
+    Import(ImageImportArgs),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ImageName {
+    Pause,
+    Busybox,
+    Python,
+    All,
+}
+
+#[derive(Args)]
+struct ImageBuildArgs {
+    /// Directory the archives are written to.
+    #[arg(long, short = 'o')]
+    out: PathBuf,
+    /// Where downloaded Debian packages are cached [default: <out>/cache].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// A static busybox to build the busybox image from.
+    #[arg(long, default_value = "/bin/busybox")]
+    busybox: PathBuf,
+    /// The images to build.
+    #[arg(value_enum, default_value = "all")]
+    images: Vec<ImageName>,
+}
+
+#[derive(Args)]
+struct ImageImportArgs {
+    /// containerd's gRPC socket.
+    #[arg(long, short = 'a', default_value = "/run/containerd/containerd.sock")]
+    address: PathBuf,
+    /// containerd namespace.
+    #[arg(long, short = 'n', default_value = minik8s_kubelet::images::import::CRI_NAMESPACE)]
+    namespace: String,
+    /// Snapshotter to unpack the layers into.
+    #[arg(long, default_value = "overlayfs")]
+    snapshotter: String,
+    /// Directory of `*.tar` OCI layouts (or one archive).
+    path: PathBuf,
 }
 
 /// Flags named as kube-apiserver names them.
@@ -128,18 +179,90 @@ async fn run_apiserver(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn build_images(args: ImageBuildArgs) -> anyhow::Result<()> {
+    use minik8s_kubelet::images::{BuildOptions, ImageKind, build::build};
+    let mut opts = BuildOptions::new(&args.out);
+    if let Some(cache) = args.cache_dir {
+        opts.cache_dir = cache;
+    }
+    opts.busybox = args.busybox;
+    let mut kinds: Vec<ImageKind> = Vec::new();
+    for name in args.images {
+        let add: &[ImageKind] = match name {
+            ImageName::Pause => &[ImageKind::Pause],
+            ImageName::Busybox => &[ImageKind::Busybox],
+            ImageName::Python => &[ImageKind::Python],
+            ImageName::All => &ImageKind::ALL,
+        };
+        for &kind in add {
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+    }
+    for kind in kinds {
+        let built = build(kind, &opts).with_context(|| format!("building the {kind} image"))?;
+        println!(
+            "{}\t{}\t{}\t{} bytes\t{:.2}s",
+            built.image.path.display(),
+            built.image.reference,
+            built.image.manifest.digest,
+            built.image.archive_size,
+            built.duration.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+async fn import_images(args: ImageImportArgs) -> anyhow::Result<()> {
+    use minik8s_kubelet::images::{ImportOptions, import_archive, import_dir};
+    let opts = ImportOptions {
+        namespace: args.namespace,
+        snapshotter: args.snapshotter,
+        ..Default::default()
+    };
+    let imported = if args.path.is_dir() {
+        import_dir(&args.address, &args.path, &opts).await?
+    } else {
+        import_archive(&args.address, &args.path, &opts).await?
+    };
+    for image in imported {
+        println!(
+            "{}\t{}\t{} blobs written, {} present, {} layers unpacked\t{:.3}s (write {:.3}s, unpack {:.3}s)",
+            image.name,
+            image.target.digest,
+            image.blobs_written,
+            image.blobs_present,
+            image.layers_unpacked,
+            image.duration.as_secs_f64(),
+            image.write_time.as_secs_f64(),
+            image.unpack_time.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    let logs = tracing_subscriber::fmt().with_env_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    );
+    if matches!(cli.command, Command::Image(_)) {
+        // `image` commands print their results on stdout; logs go to stderr.
+        logs.with_writer(std::io::stderr).init();
+    } else {
+        logs.init();
+    }
+    if let Command::Image(ImageCommand::Build(args)) = cli.command {
+        return build_images(args);
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         match cli.command {
             Command::Server(args) | Command::Apiserver(args) => run_apiserver(args).await,
+            Command::Image(ImageCommand::Import(args)) => import_images(args).await,
+            Command::Image(ImageCommand::Build(_)) => unreachable!("handled above"),
         }
     })
 }

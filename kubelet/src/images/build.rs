@@ -1,0 +1,754 @@
+//! The images a node needs, built from files on this machine with no registry:
+//!
+//! - `registry.k8s.io/pause:3.9`: our own `hack/images/pause.c`, compiled static with gcc.
+//! - `docker.io/library/busybox:1.36`: Debian's static busybox and its applet links.
+//! - `docker.io/library/python:3`: Debian 12's python3 packages and the libraries they need,
+//!   fetched with `apt-get download` into a cache and unpacked with `dpkg-deb -x`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::oci::{ContainerConfig, ImageSpec, Tree, WrittenImage, write_archive};
+use super::{Error, IoContext, Result};
+
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.9";
+pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:1.36";
+pub const PYTHON_IMAGE: &str = "docker.io/library/python:3";
+
+const PAUSE_SOURCE: &str = include_str!("../../../hack/images/pause.c");
+const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const PASSWD: &str =
+    "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+const GROUP: &str = "root:x:0:\nnogroup:x:65534:\nnobody:x:65534:\n";
+
+/// The packages the python image starts from; everything they depend on comes along, except
+/// what [`EXCLUDED_PACKAGES`] leaves out.
+pub const PYTHON_PACKAGES: &[&str] = &[
+    "python3",
+    "python3-minimal",
+    "python3.11",
+    "python3.11-minimal",
+    "libpython3-stdlib",
+    "libpython3.11-minimal",
+    "libpython3.11-stdlib",
+    "tzdata",
+];
+
+/// Packages a container image has no use for: package management, perl, init systems. A
+/// dependency on one of these is taken as satisfied.
+pub const EXCLUDED_PACKAGES: &[&str] = &[
+    "dpkg",
+    "debconf",
+    "cdebconf",
+    "debconf-2.0",
+    "install-info",
+    "tar",
+    "perl",
+    "perl-base",
+    "systemd",
+    "systemd-sysv",
+    "libsystemd0",
+    "init-system-helpers",
+    "debianutils",
+    "sensible-utils",
+    "libc-bin",
+    "base-files",
+    "base-passwd",
+    "mailcap",
+    "mime-support",
+];
+
+fn excluded(pkg: &str) -> bool {
+    EXCLUDED_PACKAGES.contains(&pkg) || pkg.starts_with("perl-") || pkg.starts_with("libperl")
+}
+
+/// One of the images we know how to build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ImageKind {
+    Pause,
+    Busybox,
+    Python,
+}
+
+impl ImageKind {
+    pub const ALL: [ImageKind; 3] = [ImageKind::Pause, ImageKind::Busybox, ImageKind::Python];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ImageKind::Pause => "pause",
+            ImageKind::Busybox => "busybox",
+            ImageKind::Python => "python",
+        }
+    }
+
+    /// The full reference the image is imported under.
+    pub fn reference(self) -> &'static str {
+        match self {
+            ImageKind::Pause => PAUSE_IMAGE,
+            ImageKind::Busybox => BUSYBOX_IMAGE,
+            ImageKind::Python => PYTHON_IMAGE,
+        }
+    }
+
+    /// `<name>.tar`, the archive's file name in the output directory.
+    pub fn file_name(self) -> String {
+        format!("{}.tar", self.name())
+    }
+}
+
+impl fmt::Display for ImageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ImageKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        ImageKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| Error::Invalid(format!("unknown image {s:?} (pause, busybox, python)")))
+    }
+}
+
+/// Where images go and what they are built from.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// The archives are written here as `<name>.tar`.
+    pub out_dir: PathBuf,
+    /// Downloaded Debian packages are kept here between builds.
+    pub cache_dir: PathBuf,
+    /// A static busybox (Debian's busybox-static).
+    pub busybox: PathBuf,
+    /// The C compiler for the pause program.
+    pub cc: PathBuf,
+    /// The CA bundle put into the python image.
+    pub ca_bundle: PathBuf,
+}
+
+impl BuildOptions {
+    pub fn new(out_dir: impl Into<PathBuf>) -> BuildOptions {
+        let out_dir = out_dir.into();
+        BuildOptions {
+            cache_dir: out_dir.join("cache"),
+            out_dir,
+            busybox: PathBuf::from("/bin/busybox"),
+            cc: PathBuf::from("gcc"),
+            ca_bundle: PathBuf::from("/etc/ssl/certs/ca-certificates.crt"),
+        }
+    }
+}
+
+/// An archive that was built, and how long that took.
+#[derive(Clone, Debug)]
+pub struct BuiltImage {
+    pub kind: ImageKind,
+    pub image: WrittenImage,
+    pub duration: Duration,
+}
+
+/// Builds one image into `<out_dir>/<name>.tar`.
+pub fn build(kind: ImageKind, opts: &BuildOptions) -> Result<BuiltImage> {
+    let start = Instant::now();
+    let scratch = tempfile::Builder::new()
+        .prefix(".build-")
+        .tempdir_in(ensure_dir(&opts.out_dir)?)
+        .ctx(|| format!("scratch directory in {}", opts.out_dir.display()))?;
+    let (tree, config, created_by) = match kind {
+        ImageKind::Pause => pause_tree(opts, scratch.path())?,
+        ImageKind::Busybox => busybox_tree(opts)?,
+        ImageKind::Python => python_tree(opts, scratch.path())?,
+    };
+    let spec = ImageSpec {
+        reference: kind.reference().to_string(),
+        config,
+        layers: vec![tree],
+        created_by: vec![created_by],
+    };
+    let image = write_archive(&spec, &opts.out_dir.join(kind.file_name()))?;
+    let duration = start.elapsed();
+    tracing::info!(
+        image = kind.reference(),
+        path = %image.path.display(),
+        digest = %image.manifest.digest,
+        size = image.archive_size,
+        ?duration,
+        "built image"
+    );
+    Ok(BuiltImage {
+        kind,
+        image,
+        duration,
+    })
+}
+
+fn ensure_dir(dir: &Path) -> Result<&Path> {
+    std::fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Runs a command and returns its standard output; a failure carries its standard error.
+fn run(cmd: &mut Command) -> Result<Vec<u8>> {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::Command {
+            command: shown.clone(),
+            detail: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(Error::Command {
+            command: shown,
+            detail: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(out.stdout)
+}
+
+/// Whether an ELF file is statically linked (has no program interpreter).
+pub fn is_static_elf(path: &Path) -> Result<bool> {
+    let mut data = Vec::new();
+    File::open(path)
+        .and_then(|f| f.take(64 * 1024).read_to_end(&mut data))
+        .ctx(|| format!("reading {}", path.display()))?;
+    let bad = || Error::Invalid(format!("{} is not a 64-bit ELF file", path.display()));
+    if data.len() < 64 || &data[..4] != b"\x7fELF" || data[4] != 2 || data[5] != 1 {
+        return Err(bad());
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([data[o], data[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(data[0x20..0x28].try_into().expect("8 bytes")) as usize;
+    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    for i in 0..phnum {
+        let at = phoff + i * phentsize;
+        let Some(p_type) = data.get(at..at + 4) else {
+            return Err(bad());
+        };
+        if u32::from_le_bytes(p_type.try_into().expect("4 bytes")) == 3 {
+            return Ok(false); // PT_INTERP
+        }
+    }
+    Ok(true)
+}
+
+type Built = (Tree, ContainerConfig, String);
+
+fn pause_tree(opts: &BuildOptions, scratch: &Path) -> Result<Built> {
+    let src = scratch.join("pause.c");
+    let bin = scratch.join("pause");
+    std::fs::write(&src, PAUSE_SOURCE).ctx(|| format!("writing {}", src.display()))?;
+    run(Command::new(&opts.cc)
+        .args(["-static", "-Os", "-s", "-o"])
+        .arg(&bin)
+        .arg(&src))?;
+    if !is_static_elf(&bin)? {
+        return Err(Error::Invalid("gcc -static made a dynamic pause".into()));
+    }
+    let mut tree = Tree::new();
+    let data = std::fs::read(&bin).ctx(|| format!("reading {}", bin.display()))?;
+    tree.file("pause", 0o755, data)?;
+    let config = ContainerConfig {
+        entrypoint: vec!["/pause".to_string()],
+        env: vec![DEFAULT_PATH.to_string()],
+        user: Some("65535:65535".to_string()),
+        ..Default::default()
+    };
+    Ok((tree, config, "gcc -static -Os pause.c".to_string()))
+}
+
+/// The base directories of a small Linux root filesystem.
+fn base_dirs(tree: &mut Tree) -> Result<()> {
+    for dir in ["dev", "etc", "home", "proc", "sys", "usr/local/bin", "var"] {
+        tree.dir(dir, 0o755)?;
+    }
+    tree.dir("root", 0o700)?;
+    tree.dir("tmp", 0o1777)?;
+    tree.dir("var/tmp", 0o1777)?;
+    tree.file("etc/passwd", 0o644, PASSWD)?;
+    tree.file("etc/group", 0o644, GROUP)?;
+    Ok(())
+}
+
+fn busybox_tree(opts: &BuildOptions) -> Result<Built> {
+    let busybox = &opts.busybox;
+    if !is_static_elf(busybox)? {
+        return Err(Error::Invalid(format!(
+            "{} is not static (install busybox-static)",
+            busybox.display()
+        )));
+    }
+    let list = run(Command::new(busybox).arg("--list-full"))?;
+    let mut tree = Tree::new();
+    base_dirs(&mut tree)?;
+    for dir in ["bin", "sbin", "usr/bin", "usr/sbin"] {
+        tree.dir(dir, 0o755)?;
+    }
+    let data = std::fs::read(busybox).ctx(|| format!("reading {}", busybox.display()))?;
+    tree.file("bin/busybox", 0o755, data)?;
+    let mut applets = 0;
+    for line in String::from_utf8_lossy(&list).lines() {
+        let path = line.trim().trim_start_matches('/');
+        if path.is_empty() || path == "bin/busybox" {
+            continue;
+        }
+        tree.symlink(path, "/bin/busybox")?;
+        applets += 1;
+    }
+    if applets == 0 {
+        return Err(Error::Invalid(format!(
+            "{} --list-full listed no applets",
+            busybox.display()
+        )));
+    }
+    let config = ContainerConfig {
+        env: vec![DEFAULT_PATH.to_string()],
+        cmd: vec!["sh".to_string()],
+        ..Default::default()
+    };
+    Ok((tree, config, format!("busybox-static, {applets} applets")))
+}
+
+/// A Debian package chosen for the python image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DebPackage {
+    pub name: String,
+    pub version: String,
+    pub architecture: String,
+    pub sha256: String,
+}
+
+impl DebPackage {
+    /// The file name `apt-get download` gives it.
+    pub fn file_name(&self) -> String {
+        format!(
+            "{}_{}_{}.deb",
+            self.name,
+            self.version.replace(':', "%3a"),
+            self.architecture
+        )
+    }
+}
+
+fn strip_arch(name: &str) -> &str {
+    name.split(':').next().unwrap_or(name)
+}
+
+/// One alternative of a dependency, as `apt-cache depends` prints it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Alternative {
+    Package(String),
+    /// A virtual package and the packages that provide it.
+    Virtual(Vec<String>),
+}
+
+/// Parses `apt-cache depends` output: package → its Depends and PreDepends, each a list of
+/// alternatives.
+fn parse_apt_depends(text: &str) -> BTreeMap<String, Vec<Vec<Alternative>>> {
+    let mut out: BTreeMap<String, Vec<Vec<Alternative>>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    let mut group: Vec<Alternative> = Vec::new();
+    let mut group_open = false;
+    for line in text.lines() {
+        if !line.starts_with(' ') {
+            current = Some(strip_arch(line.trim()).to_string());
+            out.entry(strip_arch(line.trim()).to_string()).or_default();
+            group.clear();
+            group_open = false;
+            continue;
+        }
+        let Some(pkg) = current.as_ref() else {
+            continue;
+        };
+        if line.starts_with("    ") {
+            // A provider of the virtual package on the line before.
+            if let Some(Alternative::Virtual(providers)) = group.last_mut() {
+                providers.push(strip_arch(line.trim()).to_string());
+            } else if let Some(Alternative::Virtual(providers)) = out
+                .get_mut(pkg)
+                .and_then(|g| g.last_mut())
+                .and_then(|g| g.last_mut())
+            {
+                providers.push(strip_arch(line.trim()).to_string());
+            }
+            continue;
+        }
+        let or_next = line.starts_with(" |");
+        let body = line.trim_start_matches([' ', '|']);
+        let Some((kind, dep)) = body.split_once(": ") else {
+            continue;
+        };
+        if kind != "Depends" && kind != "PreDepends" {
+            continue;
+        }
+        let dep = dep.trim();
+        let alt = match dep.strip_prefix('<').and_then(|d| d.strip_suffix('>')) {
+            Some(_) => Alternative::Virtual(Vec::new()),
+            None => Alternative::Package(strip_arch(dep).to_string()),
+        };
+        if !group_open {
+            group.clear();
+        }
+        group.push(alt);
+        group_open = or_next;
+        if !or_next {
+            out.get_mut(pkg)
+                .expect("entry made above")
+                .push(std::mem::take(&mut group));
+        }
+    }
+    out
+}
+
+/// Picks the package that satisfies a dependency: the first alternative, or the first provider
+/// of a virtual one. `None` when an excluded package satisfies it (or nothing can).
+fn choose(group: &[Alternative]) -> Option<&str> {
+    for alt in group {
+        match alt {
+            Alternative::Package(p) if excluded(p) => return None,
+            Alternative::Package(p) => return Some(p),
+            Alternative::Virtual(providers) => {
+                if providers.iter().any(|p| excluded(p)) {
+                    return None;
+                }
+                if let Some(p) = providers.first() {
+                    return Some(p);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The dependency closure of `roots` (Depends and PreDepends, no Recommends), without the
+/// excluded packages. One `apt-cache depends --recurse` gives the whole graph (through the
+/// excluded packages too, which we then do not follow).
+pub fn resolve_packages(roots: &[&str]) -> Result<BTreeSet<String>> {
+    let out = run(Command::new("apt-cache")
+        .args([
+            "depends",
+            "--recurse",
+            "--no-recommends",
+            "--no-suggests",
+            "--no-conflicts",
+            "--no-breaks",
+            "--no-replaces",
+            "--no-enhances",
+        ])
+        .args(roots))?;
+    let graph = parse_apt_depends(&String::from_utf8_lossy(&out));
+    Ok(closure(roots, &graph))
+}
+
+fn closure(roots: &[&str], graph: &BTreeMap<String, Vec<Vec<Alternative>>>) -> BTreeSet<String> {
+    let mut seen: BTreeSet<String> = roots.iter().map(|s| s.to_string()).collect();
+    let mut queue: Vec<String> = seen.iter().cloned().collect();
+    while let Some(pkg) = queue.pop() {
+        for group in graph.get(&pkg).map(Vec::as_slice).unwrap_or_default() {
+            if let Some(p) = choose(group)
+                && seen.insert(p.to_string())
+            {
+                queue.push(p.to_string());
+            }
+        }
+    }
+    seen
+}
+
+/// The candidate versions of `packages`, from `apt-cache show`.
+fn candidates(packages: &BTreeSet<String>) -> Result<Vec<DebPackage>> {
+    let out = run(Command::new("apt-cache")
+        .args(["show", "--no-all-versions"])
+        .args(packages))?;
+    let text = String::from_utf8_lossy(&out);
+    let mut found = Vec::new();
+    for para in text.split("\n\n") {
+        let mut fields = BTreeMap::new();
+        for line in para.lines() {
+            if let Some((k, v)) = line.split_once(": ")
+                && !line.starts_with(' ')
+            {
+                fields.insert(k, v.trim());
+            }
+        }
+        let (Some(name), Some(version), Some(arch), Some(sha)) = (
+            fields.get("Package"),
+            fields.get("Version"),
+            fields.get("Architecture"),
+            fields.get("SHA256"),
+        ) else {
+            continue;
+        };
+        found.push(DebPackage {
+            name: name.to_string(),
+            version: version.to_string(),
+            architecture: arch.to_string(),
+            sha256: sha.to_string(),
+        });
+    }
+    for p in packages {
+        if !found.iter().any(|d| &d.name == p) {
+            return Err(Error::Invalid(format!(
+                "apt knows no candidate for {p} (run apt-get update)"
+            )));
+        }
+    }
+    Ok(found)
+}
+
+fn file_sha256(path: &Path) -> Result<String> {
+    let mut f = File::open(path).ctx(|| format!("opening {}", path.display()))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).ctx(|| format!("reading {}", path.display()))?;
+    Ok(format!("{:x}", h.finalize()))
+}
+
+/// Makes sure every package is in the cache directory, downloading what is missing with
+/// `apt-get download`, and checks each file's SHA-256 against apt's. Returns their paths.
+pub fn fetch_packages(packages: &[DebPackage], cache_dir: &Path) -> Result<Vec<PathBuf>> {
+    ensure_dir(cache_dir)?;
+    let mut missing = Vec::new();
+    for p in packages {
+        let path = cache_dir.join(p.file_name());
+        if !path.exists() || file_sha256(&path)? != p.sha256 {
+            missing.push(format!("{}={}", p.name, p.version));
+        }
+    }
+    if !missing.is_empty() {
+        tracing::info!(count = missing.len(), dir = %cache_dir.display(), "downloading Debian packages");
+        run(Command::new("apt-get")
+            .args(["download", "-q"])
+            .args(&missing)
+            .current_dir(cache_dir))?;
+    }
+    let mut paths = Vec::new();
+    for p in packages {
+        let path = cache_dir.join(p.file_name());
+        let got = file_sha256(&path)?;
+        if got != p.sha256 {
+            return Err(Error::Invalid(format!(
+                "{}: sha256 {got}, apt says {}",
+                path.display(),
+                p.sha256
+            )));
+        }
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// Where a path of a Debian package goes in the image: merged /usr as in Debian 12
+/// (`/lib` → `/usr/lib`, ...), without manuals and documentation (copyright files stay).
+fn python_path(rel: &str) -> Option<String> {
+    for skip in ["usr/share/man", "usr/share/info", "usr/share/lintian"] {
+        if rel == skip || rel.starts_with(&format!("{skip}/")) {
+            return None;
+        }
+    }
+    if let Some(doc) = rel.strip_prefix("usr/share/doc/") {
+        // Keep usr/share/doc/<pkg> and its copyright file.
+        let parts: Vec<&str> = doc.split('/').collect();
+        if parts.len() > 1 && !(parts.len() == 2 && parts[1] == "copyright") {
+            return None;
+        }
+    }
+    for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+        if rel == top || rel.starts_with(&format!("{top}/")) {
+            return Some(format!("usr/{rel}"));
+        }
+    }
+    Some(rel.to_string())
+}
+
+fn python_tree(opts: &BuildOptions, scratch: &Path) -> Result<Built> {
+    let names = resolve_packages(PYTHON_PACKAGES)?;
+    let packages = candidates(&names)?;
+    tracing::info!(packages = ?packages.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), "python image packages");
+    let debs = fetch_packages(&packages, &opts.cache_dir)?;
+    let root = scratch.join("rootfs");
+    ensure_dir(&root)?;
+    // A few dpkg-deb at a time: each is mostly waiting on xz.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get() * 2);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = debs
+            .chunks(debs.len().div_ceil(workers).max(1))
+            .map(|chunk| {
+                let root = &root;
+                s.spawn(move || -> Result<()> {
+                    for deb in chunk {
+                        run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(root))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("dpkg-deb thread"))
+    })?;
+    let mut tree = Tree::new();
+    base_dirs(&mut tree)?;
+    tree.add_host_dir(&root, &python_path)?;
+    for top in ["bin", "sbin", "lib", "lib64"] {
+        if tree.get(&format!("usr/{top}")).is_some() {
+            tree.symlink(top, &format!("usr/{top}"))?;
+        }
+    }
+    let bundle = std::fs::read(&opts.ca_bundle).ctx(|| {
+        format!(
+            "reading the CA bundle {} (install ca-certificates)",
+            opts.ca_bundle.display()
+        )
+    })?;
+    tree.file("etc/ssl/certs/ca-certificates.crt", 0o644, bundle)?;
+    tree.symlink("usr/lib/ssl/certs", "/etc/ssl/certs")?;
+    tree.symlink("usr/lib/ssl/cert.pem", "/etc/ssl/certs/ca-certificates.crt")?;
+    if tree.get("usr/bin/python3").is_none() {
+        return Err(Error::Invalid(
+            "the python packages installed no /usr/bin/python3".into(),
+        ));
+    }
+    let config = ContainerConfig {
+        env: vec![
+            DEFAULT_PATH.to_string(),
+            "LANG=C.UTF-8".to_string(),
+            "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt".to_string(),
+        ],
+        cmd: vec!["python3".to_string()],
+        ..Default::default()
+    };
+    let versions: Vec<String> = packages
+        .iter()
+        .map(|p| format!("{}={}", p.name, p.version))
+        .collect();
+    Ok((tree, config, format!("debian: {}", versions.join(" "))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_apt_cache_depends() {
+        let text = "\
+python3.11
+  Depends: python3.11-minimal
+ |Depends: media-types
+  Depends: mime-support
+  PreDepends: libc6:any
+tzdata
+ |Depends: debconf
+  Depends: <debconf-2.0>
+    cdebconf
+    debconf
+libfoo
+  Depends: <virt>
+    provider-a
+  Recommends: ignored
+";
+        let deps = parse_apt_depends(text);
+        let py = &deps["python3.11"];
+        assert_eq!(py.len(), 3);
+        assert_eq!(choose(&py[0]), Some("python3.11-minimal"));
+        assert_eq!(choose(&py[1]), Some("media-types"));
+        assert_eq!(choose(&py[2]), Some("libc6"));
+        assert_eq!(choose(&deps["tzdata"][0]), None, "debconf is left out");
+        assert_eq!(choose(&deps["libfoo"][0]), Some("provider-a"));
+        assert_eq!(deps["libfoo"].len(), 1);
+        // The closure follows the first choices and stops at excluded packages.
+        let graph = parse_apt_depends(
+            "a\n  Depends: b\n |Depends: c\n  Depends: d\nb\n  Depends: dpkg\ndpkg\n  Depends: e\nd\n",
+        );
+        let got: Vec<String> = closure(&["a"], &graph).into_iter().collect();
+        assert_eq!(got, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn python_paths_are_usr_merged() {
+        assert_eq!(python_path("lib").as_deref(), Some("usr/lib"));
+        assert_eq!(
+            python_path("lib/x86_64-linux-gnu/libc.so.6").as_deref(),
+            Some("usr/lib/x86_64-linux-gnu/libc.so.6")
+        );
+        assert_eq!(python_path("library"), Some("library".to_string()));
+        assert_eq!(
+            python_path("usr/bin/python3.11").as_deref(),
+            Some("usr/bin/python3.11")
+        );
+        assert_eq!(python_path("usr/share/man/man1/x.1.gz"), None);
+        assert_eq!(python_path("usr/share/doc/libc6/changelog.gz"), None);
+        assert!(python_path("usr/share/doc/libc6/copyright").is_some());
+        assert!(python_path("usr/share/doc/libc6").is_some());
+    }
+
+    #[test]
+    fn deb_file_names_encode_epochs() {
+        let p = DebPackage {
+            name: "libfoo".into(),
+            version: "1:2.3-4".into(),
+            architecture: "amd64".into(),
+            sha256: String::new(),
+        };
+        assert_eq!(p.file_name(), "libfoo_1%3a2.3-4_amd64.deb");
+    }
+
+    #[test]
+    fn image_kinds_round_trip() {
+        for k in ImageKind::ALL {
+            assert_eq!(k.name().parse::<ImageKind>().unwrap(), k);
+        }
+        assert!("nginx".parse::<ImageKind>().is_err());
+        assert_eq!(ImageKind::Busybox.reference(), BUSYBOX_IMAGE);
+    }
+
+    #[test]
+    fn builds_are_reproducible() {
+        let have_gcc = Command::new("gcc").arg("--version").output().is_ok();
+        let have_busybox = Path::new("/bin/busybox").exists();
+        let mut kinds = Vec::new();
+        if have_gcc {
+            kinds.push(ImageKind::Pause);
+        }
+        if have_busybox {
+            kinds.push(ImageKind::Busybox);
+        }
+        for kind in kinds {
+            let a = tempfile::tempdir().unwrap();
+            let b = tempfile::tempdir().unwrap();
+            let x = build(kind, &BuildOptions::new(a.path())).unwrap();
+            let y = build(kind, &BuildOptions::new(b.path().join("elsewhere"))).unwrap();
+            assert_eq!(x.image.manifest.digest, y.image.manifest.digest, "{kind}");
+            assert_eq!(
+                std::fs::read(&x.image.path).unwrap(),
+                std::fs::read(&y.image.path).unwrap()
+            );
+            assert!(a.path().join(kind.file_name()).is_file());
+            // Nothing but the archive is left in the output directory.
+            let left: Vec<_> = std::fs::read_dir(a.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left, [std::ffi::OsString::from(kind.file_name())]);
+        }
+    }
+
+    #[test]
+    fn static_elf_detection() {
+        if Path::new("/bin/busybox").exists() {
+            assert!(is_static_elf(Path::new("/bin/busybox")).unwrap());
+        }
+        assert!(!is_static_elf(Path::new("/bin/sh")).unwrap());
+    }
+}
