@@ -19,7 +19,7 @@ if ! curl -skf "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then
   "$REPO_ROOT/hack/up.sh"
 fi
 cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p conformance
-"$REPO_ROOT/target/release/conformance" \
+"${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/conformance" \
   --kubeconfig "$DATA_DIR/admin.kubeconfig" \
   --known-failures "$REPO_ROOT/conformance/known-failures.txt" \
   "$@"

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
@@ -198,6 +199,35 @@ impl Background {
             code: status.code(),
         })
     }
+}
+
+/// Reads the stderr of a kubectl run with `-v=6`: the receiver fires when the first watch
+/// request has been answered; the task returns what stderr held besides klog's lines.
+fn watch_signal(
+    stderr: tokio::process::ChildStderr,
+) -> (
+    tokio::task::JoinHandle<String>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut tx = Some(tx);
+        let mut kept = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("watch=true")
+                && line.contains("200 OK")
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(());
+            }
+            if !is_klog(&line) {
+                kept.push(line);
+            }
+        }
+        kept.join("\n")
+    });
+    (task, rx)
 }
 
 /// Whether a line is one of klog's (`I1121 10:01:00.610570 ...`), as `-v=6` prints.
@@ -391,31 +421,21 @@ impl Ctx {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("running {}", self.bin.path))?;
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let stderr = tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            let mut tx = Some(tx);
-            let mut kept = Vec::new();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("watch=true")
-                    && line.contains("200 OK")
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(());
-                }
-                if !is_klog(&line) {
-                    kept.push(line);
-                }
-            }
-            kept.join("\n")
-        });
+        let (stderr, rx) = watch_signal(child.stderr.take().expect("piped stderr"));
         Ok(Background {
             child,
             stderr,
             watching: Some(rx),
             shown: self.show(args),
         })
+    }
+
+    /// Retries a kubectl command that may fail until a just-created resource is served.
+    async fn eventually_ok(&self, args: &[&str], limit: Duration) -> anyhow::Result<String> {
+        eventually(limit, &format!("kubectl {}", args.join(" ")), || {
+            self.ok(args)
+        })
+        .await
     }
 
     /// Writes a file into the suite's directory and returns its path as a string.
@@ -2188,6 +2208,75 @@ async fn wait_delete(c: &Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The rows a `kubectl get -w` prints, read as they come.
+struct Rows {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    seen: Vec<String>,
+    watching: Option<tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl Rows {
+    /// Starts `kubectl get -w` with `-v=6`, whose request log tells when its watch is open.
+    fn start(c: &Ctx, args: &[&str]) -> anyhow::Result<Rows> {
+        let mut all = args.to_vec();
+        all.push("-v=6");
+        let mut child = c
+            .command(&all, &[])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let (_, watching) = watch_signal(child.stderr.take().expect("piped stderr"));
+        Ok(Rows {
+            child,
+            lines,
+            seen: Vec::new(),
+            watching: Some(watching),
+        })
+    }
+
+    /// Returns once kubectl's watch request has been answered. kubectl drops the first
+    /// event of a watch on one named object (the state it printed already), so a change made
+    /// before the watch is open would never print.
+    async fn watching(&mut self) -> anyhow::Result<()> {
+        let rx = self
+            .watching
+            .take()
+            .context("already waited for the watch")?;
+        match tokio::time::timeout(Duration::from_secs(20), rx).await {
+            Ok(Ok(())) => Ok(()),
+            _ => bail!(
+                "kubectl get -w opened no watch within 20 s; rows {:?}",
+                self.seen
+            ),
+        }
+    }
+
+    /// Reads rows until one starts with the columns `want`.
+    async fn expect(&mut self, want: &[&str]) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = tokio::time::timeout(left, self.lines.next_line())
+                .await
+                .map_err(|_| anyhow!("no row {want:?} within 15 s; rows {:?}", self.seen))??
+                .ok_or_else(|| anyhow!("kubectl get -w ended; rows {:?}", self.seen))?;
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let hit = cols.len() >= want.len() && cols[..want.len()] == *want;
+            self.seen.push(line);
+            if hit {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
 /// `get -w` prints a row per watch event, with the event type when asked.
 async fn get_watch(c: &Ctx) -> anyhow::Result<()> {
     let cms = c.api::<ConfigMap>();
@@ -2196,101 +2285,73 @@ async fn get_watch(c: &Ctx) -> anyhow::Result<()> {
         json!({"metadata": {"name": "gw-a", "labels": {"gw": "yes"}}, "data": {"k": "v"}}),
     )
     .await?;
-    let mut child = c
-        .command(
-            &[
-                "get",
-                "configmaps",
-                "-l",
-                "gw=yes",
-                "-w",
-                "--output-watch-events",
-            ],
-            &[],
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let mut seen: Vec<String> = Vec::new();
-    let mut expect = async |want: &[&str]| -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = tokio::time::timeout(left, lines.next_line())
-                .await
-                .map_err(|_| anyhow!("no row {want:?} within 15 s; saw {seen:?}"))??
-                .ok_or_else(|| anyhow!("kubectl get -w ended; saw {seen:?}"))?;
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            let hit = cols.len() >= want.len() && cols[..want.len()] == *want;
-            seen.push(line.clone());
-            if hit {
-                return Ok(());
-            }
+    let relabel = |name: &'static str, value: &'static str| {
+        let cms = cms.clone();
+        async move {
+            cms.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"gw": value}}})),
+            )
+            .await
         }
     };
+    let mut rows = Rows::start(
+        c,
+        &[
+            "get",
+            "configmaps",
+            "-l",
+            "gw=yes",
+            "-w",
+            "--output-watch-events",
+        ],
+    )?;
     let result = async {
-        expect(&["EVENT", "NAME", "DATA", "AGE"]).await?;
-        expect(&["ADDED", "gw-a", "1"]).await?;
+        rows.expect(&["EVENT", "NAME", "DATA", "AGE"]).await?;
+        rows.expect(&["ADDED", "gw-a", "1"]).await?;
+        rows.watching().await?;
         cms.patch(
             "gw-a",
             &PatchParams::default(),
             &Patch::Merge(json!({"data": {"k2": "v2"}})),
         )
         .await?;
-        expect(&["MODIFIED", "gw-a", "2"]).await?;
+        rows.expect(&["MODIFIED", "gw-a", "2"]).await?;
         c.ensure::<ConfigMap>(json!({"metadata": {"name": "gw-b", "labels": {"gw": "yes"}}}))
             .await?;
-        expect(&["ADDED", "gw-b", "0"]).await?;
+        rows.expect(&["ADDED", "gw-b", "0"]).await?;
         cms.delete("gw-a", &DeleteParams::default()).await?;
-        expect(&["DELETED", "gw-a", "2"]).await?;
-        // An object that leaves the selector is not shown.
+        rows.expect(&["DELETED", "gw-a", "2"]).await?;
+        // Leaving the selector is a DELETED event; coming back, an ADDED one.
+        relabel("gw-b", "no").await?;
+        rows.expect(&["DELETED", "gw-b", "0"]).await?;
+        relabel("gw-b", "yes").await?;
+        rows.expect(&["ADDED", "gw-b", "0"]).await?;
         anyhow::Ok(())
     }
     .await;
-    let _ = child.kill().await;
+    rows.stop().await;
     result?;
     // Plain `-w` prints the table rows without the event column.
-    let mut child = c
-        .command(&["get", "cm", "gw-b", "-w"], &[])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let mut got = Vec::new();
-    let read = async {
-        while got.len() < 3 {
-            match lines.next_line().await? {
-                Some(l) => got.push(l),
-                None => break,
-            }
-        }
+    let mut rows = Rows::start(c, &["get", "cm", "gw-b", "-w"])?;
+    let result = async {
+        rows.expect(&["NAME", "DATA", "AGE"]).await?;
+        rows.expect(&["gw-b", "0"]).await?;
+        rows.watching().await?;
+        cms.patch(
+            "gw-b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"x": "y"}})),
+        )
+        .await?;
+        rows.expect(&["gw-b", "1"]).await?;
+        ensure!(rows.seen.len() == 3, "plain -w printed {:?}", rows.seen);
         anyhow::Ok(())
-    };
-    let read = async {
-        let mut read = std::pin::pin!(read);
-        tokio::select! {
-            r = &mut read => r,
-            _ = async {
-                tokio::time::sleep(Duration::from_millis(1000)).await;
-                let _ = cms.patch("gw-b", &PatchParams::default(), &Patch::Merge(json!({"data": {"x": "y"}}))).await;
-                tokio::time::sleep(Duration::from_secs(15)).await;
-            } => Err(anyhow!("no rows within 15 s")),
-        }
-    };
-    let r = read.await;
-    let _ = child.kill().await;
-    r.with_context(|| format!("plain -w printed {got:?}"))?;
-    let cols: Vec<Vec<&str>> = got.iter().map(|l| l.split_whitespace().collect()).collect();
-    ensure!(
-        cols.len() == 3
-            && cols[0] == ["NAME", "DATA", "AGE"]
-            && cols[1][..2] == ["gw-b", "0"]
-            && cols[2][..2] == ["gw-b", "1"],
-        "plain -w printed {got:?}"
-    );
+    }
+    .await;
+    rows.stop().await;
+    result?;
     cleanup(&cms, &["gw-b"]).await;
     Ok(())
 }
@@ -2409,8 +2470,6 @@ async fn apply_kustomize(c: &Ctx) -> anyhow::Result<()> {
     contains(&out, "deployment.apps \"kz-web\" deleted")?;
     gone(&c.api::<Deployment>(), "kz-web").await
 }
-
-use serde::Deserialize;
 
 /// A CustomResourceDefinition of this binary's own group: install, Established, create,
 /// printer columns, validation, merge patch, apply, explain, delete.
@@ -2537,16 +2596,6 @@ async fn custom_resources(c: &Ctx) -> anyhow::Result<()> {
         &format!("customresourcedefinition.apiextensions.k8s.io \"{crd_name}\" deleted"),
     )?;
     Ok(())
-}
-
-impl Ctx {
-    /// Retries a kubectl command that may fail until a just-created resource is served.
-    async fn eventually_ok(&self, args: &[&str], limit: Duration) -> anyhow::Result<String> {
-        eventually(limit, &format!("kubectl {}", args.join(" ")), || {
-            self.ok(args)
-        })
-        .await
-    }
 }
 
 async fn pod_lifecycle(c: &Ctx) -> anyhow::Result<()> {
