@@ -566,6 +566,21 @@ async fn patches() {
         .await
         .json();
     assert_eq!(r["data"]["n"], "1");
+    // A test of null passes on an absent path (kube-rs's finalizer helper sends this).
+    let r = s.patch(&item, "application/json-patch+json", json!([{"op": "test", "path": "/metadata/finalizers", "value": null}, {"op": "add", "path": "/metadata/finalizers", "value": ["x.io/f"]}])).await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(r.json()["metadata"]["finalizers"], json!(["x.io/f"]));
+    s.patch(
+        &item,
+        "application/json-patch+json",
+        json!([{"op": "remove", "path": "/metadata/finalizers"}]),
+    )
+    .await;
     // A failing test op: 422, and nothing changes.
     let r = s.patch(&item, "application/json-patch+json", json!([{"op": "test", "path": "/data/n", "value": "2"}, {"op": "remove", "path": "/data/n"}])).await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);

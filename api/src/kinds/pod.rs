@@ -60,9 +60,24 @@ impl Kind for Pod {
 
     fn prepare_create(&mut self) {
         let qos = self.spec.as_ref().map(qos_class).unwrap_or("BestEffort");
+        let gated = self
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
         self.status = Some(PodStatus {
             phase: Some("Pending".into()),
             qos_class: Some(qos.into()),
+            conditions: gated.then(|| {
+                vec![k8s_openapi::api::core::v1::PodCondition {
+                    type_: "PodScheduled".into(),
+                    status: "False".into(),
+                    reason: Some("SchedulingGated".into()),
+                    message: Some("Scheduling is blocked due to non-empty scheduling gates".into()),
+                    last_transition_time: Some(crate::meta::now()),
+                    ..Default::default()
+                }]
+            }),
             ..Default::default()
         });
     }

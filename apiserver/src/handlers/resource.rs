@@ -717,6 +717,32 @@ fn delete_options(req: &ApiRequest) -> Result<DeleteOpts, ApiError> {
     Ok(opts)
 }
 
+/// RFC 6902 as upstream's json-patch library applies it: a `test` of `null` passes when the
+/// path is absent (kube-rs's finalizer helper relies on this). All or nothing.
+fn apply_json_patch(
+    doc: &mut serde_json::Value,
+    patch: &json_patch::Patch,
+) -> Result<(), ApiError> {
+    let invalid = |e: &dyn std::fmt::Display| ApiError {
+        code: 422,
+        reason: "Invalid",
+        message: format!("the server rejected our request due to an error in our request: {e}"),
+        details: None,
+    };
+    let mut work = doc.clone();
+    for op in &patch.0 {
+        if let json_patch::PatchOperation::Test(t) = op
+            && t.value.is_null()
+            && work.pointer(t.path.as_str()).is_none()
+        {
+            continue;
+        }
+        json_patch::patch(&mut work, std::slice::from_ref(op)).map_err(|e| invalid(&e))?;
+    }
+    *doc = work;
+    Ok(())
+}
+
 /// A parsed patch body.
 pub enum Patch {
     Json(json_patch::Patch),
@@ -765,16 +791,7 @@ impl Patch {
 
     pub fn apply(&self, mut doc: serde_json::Value) -> Result<serde_json::Value, ApiError> {
         match self {
-            Patch::Json(p) => {
-                json_patch::patch(&mut doc, p).map_err(|e| ApiError {
-                    code: 422,
-                    reason: "Invalid",
-                    message: format!(
-                        "the server rejected our request due to an error in our request: {e}"
-                    ),
-                    details: None,
-                })?;
-            }
+            Patch::Json(p) => apply_json_patch(&mut doc, p)?,
             Patch::Merge(p) => json_patch::merge(&mut doc, p),
         }
         Ok(doc)
