@@ -267,7 +267,7 @@ pub fn first_service_ip(cidr: &str) -> Option<IpAddr> {
 }
 
 /// Addresses of this machine's interfaces, for the serving certificate.
-fn local_addresses() -> Vec<IpAddr> {
+pub fn local_addresses() -> Vec<IpAddr> {
     let mut out = Vec::new();
     if let Ok(text) = std::fs::read_to_string("/proc/net/fib_trie") {
         // "|-- a.b.c.d" lines followed by "/32 host LOCAL" name the local IPv4 addresses.
@@ -287,7 +287,7 @@ fn local_addresses() -> Vec<IpAddr> {
     out
 }
 
-fn hostname() -> String {
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()

@@ -36,14 +36,14 @@ pub fn gateway(cidr: &str) -> Result<(std::net::Ipv4Addr, u8), NetError> {
 }
 
 /// The conflist for `pod_cidr`; `data_dir` keeps host-local's allocations.
-pub fn conflist(pod_cidr: &str, data_dir: &Path) -> serde_json::Value {
+pub fn conflist(bridge: &str, pod_cidr: &str, data_dir: &Path) -> serde_json::Value {
     serde_json::json!({
         "cniVersion": "1.0.0",
         "name": "minik8s",
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": BRIDGE,
+                "bridge": bridge,
                 "isGateway": true,
                 "ipMasq": false,
                 "hairpinMode": true,
@@ -60,7 +60,12 @@ pub fn conflist(pod_cidr: &str, data_dir: &Path) -> serde_json::Value {
 }
 
 /// Writes the conflist where containerd's CRI plugin reads it (atomically).
-pub fn write_conflist(conf_dir: &Path, pod_cidr: &str, data_dir: &Path) -> Result<(), NetError> {
+pub fn write_conflist(
+    conf_dir: &Path,
+    bridge: &str,
+    pod_cidr: &str,
+    data_dir: &Path,
+) -> Result<(), NetError> {
     let w = |e| NetError::Write {
         path: conf_dir.display().to_string(),
         source: e,
@@ -68,7 +73,7 @@ pub fn write_conflist(conf_dir: &Path, pod_cidr: &str, data_dir: &Path) -> Resul
     std::fs::create_dir_all(conf_dir).map_err(w)?;
     let path = conf_dir.join("10-minik8s.conflist");
     let tmp = conf_dir.join(".10-minik8s.conflist.tmp");
-    let text = serde_json::to_string_pretty(&conflist(pod_cidr, data_dir)).expect("json");
+    let text = serde_json::to_string_pretty(&conflist(bridge, pod_cidr, data_dir)).expect("json");
     if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
         return Ok(());
     }
@@ -95,21 +100,25 @@ fn ip(args: &[&str]) -> Result<String, NetError> {
 
 /// Creates the bridge with the gateway address of `pod_cidr`, and routes `extra_ranges`
 /// (the cluster and service CIDRs) to it so that unmatched cluster traffic dies here.
-pub fn ensure_bridge(pod_cidr: &str, extra_ranges: &[String]) -> Result<(), NetError> {
+pub fn ensure_bridge(
+    bridge: &str,
+    pod_cidr: &str,
+    extra_ranges: &[String],
+) -> Result<(), NetError> {
     let (gw, bits) = gateway(pod_cidr)?;
-    if ip(&["link", "show", BRIDGE]).is_err() {
-        ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+    if ip(&["link", "show", bridge]).is_err() {
+        ip(&["link", "add", bridge, "type", "bridge"])?;
     }
     let addr = format!("{gw}/{bits}");
-    if !ip(&["-4", "addr", "show", "dev", BRIDGE])?.contains(&format!("inet {addr}")) {
-        ip(&["addr", "add", &addr, "dev", BRIDGE])?;
+    if !ip(&["-4", "addr", "show", "dev", bridge])?.contains(&format!("inet {addr}")) {
+        ip(&["addr", "add", &addr, "dev", bridge])?;
     }
-    ip(&["link", "set", BRIDGE, "up"])?;
+    ip(&["link", "set", bridge, "up"])?;
     for range in extra_ranges {
         if range == pod_cidr {
             continue;
         }
-        ip(&["route", "replace", range, "dev", BRIDGE])?;
+        ip(&["route", "replace", range, "dev", bridge])?;
     }
     Ok(())
 }
@@ -133,7 +142,7 @@ mod tests {
 
     #[test]
     fn conflist_shape() {
-        let c = conflist("10.244.0.0/24", Path::new("/tmp/ipam"));
+        let c = conflist("cni0", "10.244.0.0/24", Path::new("/tmp/ipam"));
         assert_eq!(
             c["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
             "10.244.0.0/24"

@@ -21,6 +21,8 @@ pub struct KubeletConfig {
     pub container_runtime_endpoint: PathBuf,
     /// Directory the CNI configuration is written to (containerd's CRI `conf_dir`).
     pub cni_conf_dir: PathBuf,
+    /// The bridge pods attach to.
+    pub bridge: String,
     pub port: u16,
     pub max_pods: u32,
     pub resolv_conf: PathBuf,
@@ -43,6 +45,7 @@ impl KubeletConfig {
             node_name: node_name.to_string(),
             node_ip,
             cni_conf_dir: root_dir.join("cni"),
+            bridge: crate::cni::BRIDGE.into(),
             root_dir,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),

@@ -59,9 +59,10 @@ pub async fn run(
         .and_then(|s| s.pod_cidr.clone())
         .or(config.pod_cidr.clone());
     if let Some(cidr) = &pod_cidr {
-        cni::ensure_bridge(cidr, &cluster_ranges)?;
+        cni::ensure_bridge(&config.bridge, cidr, &cluster_ranges)?;
         cni::write_conflist(
             &config.cni_conf_dir,
+            &config.bridge,
             cidr,
             &config.root_dir.join("cni-ipam"),
         )?;

@@ -160,9 +160,13 @@ impl Prober {
         let spec = pod.spec.as_ref().expect("pod spec");
         let mut tasks = self.tasks.lock().expect("probe tasks");
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
-        let live: Vec<&str> = running.iter().map(|(id, _)| id.as_str()).collect();
-        tasks.retain(|id, handle| {
-            let keep = live.contains(&id.as_str()) || !id.starts_with(&format!("{pod_uid}/"));
+        let prefix = format!("{pod_uid}/");
+        let live: Vec<String> = running
+            .iter()
+            .map(|(id, _)| format!("{prefix}{id}"))
+            .collect();
+        tasks.retain(|key, handle| {
+            let keep = live.contains(key) || !key.starts_with(&prefix);
             if !keep {
                 handle.abort();
             }

@@ -2,6 +2,8 @@
 //! (today the API server; later issues add controllers, scheduler and agent to it). `image`
 //! builds and imports container images without a registry.
 
+mod agent;
+
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,9 +29,17 @@ enum Command {
     Server(ServerArgs),
     /// Run the API server alone.
     Apiserver(ServerArgs),
+    /// Stop every pod this machine runs and remove what the node left behind.
+    Teardown(TeardownArgs),
     /// Build and import container images without a registry.
     #[command(subcommand)]
     Image(ImageCommand),
+}
+
+#[derive(Args)]
+struct TeardownArgs {
+    #[arg(long, env = "MINIK8S_DATA_DIR", default_value = "/var/lib/minik8s")]
+    data_dir: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -108,6 +118,8 @@ struct ServerArgs {
     /// How often idle watches get a BOOKMARK when they asked for bookmarks.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     watch_bookmark_interval: Duration,
+    #[command(flatten)]
+    agent: agent::AgentArgs,
 }
 
 /// `300ms`, `10s`, `5m`, `1h`, or plain seconds.
@@ -158,7 +170,7 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-async fn run_apiserver(args: ServerArgs) -> anyhow::Result<()> {
+async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()> {
     let config = args.config();
     let addr = std::net::SocketAddr::new(config.bind_address, config.secure_port);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -175,7 +187,37 @@ async fn run_apiserver(args: ServerArgs) -> anyhow::Result<()> {
     ));
     tracing::info!(%addr, data_dir = %prepared.config.data_dir.display(), "serving");
     let app = minik8s_apiserver::router(prepared.server.clone());
-    minik8s_apiserver::serve::serve_tls(listener, tls, app, shutdown_signal()).await?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(minik8s_apiserver::serve::serve_tls(
+        listener,
+        tls,
+        app,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let node = if with_agent && !args.agent.disable_agent {
+        let url = format!("https://127.0.0.1:{}", prepared.config.secure_port);
+        Some(
+            agent::start(
+                &args.agent,
+                &prepared.config.data_dir,
+                &prepared.pki,
+                &url,
+                &prepared.config.service_cluster_ip_range,
+            )
+            .await
+            .context("starting the node agent")?,
+        )
+    } else {
+        None
+    };
+    shutdown_signal().await;
+    if let Some(node) = node {
+        node.stop();
+    }
+    let _ = stop.send(());
+    serving.await??;
     Ok(())
 }
 
@@ -260,7 +302,9 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         match cli.command {
-            Command::Server(args) | Command::Apiserver(args) => run_apiserver(args).await,
+            Command::Server(args) => run_apiserver(args, true).await,
+            Command::Apiserver(args) => run_apiserver(args, false).await,
+            Command::Teardown(args) => agent::teardown(&args.data_dir).await,
             Command::Image(ImageCommand::Import(args)) => import_images(args).await,
             Command::Image(ImageCommand::Build(_)) => unreachable!("handled above"),
         }

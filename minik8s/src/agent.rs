@@ -1,0 +1,177 @@
+//! The node half of the binary: a private containerd, the images found on disk, and the
+//! kubelet with an identity issued by the cluster CA. `server` runs it beside the control
+//! plane; `teardown` undoes what it left on the machine.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use minik8s_kubelet::containerd::{Containerd, ContainerdConfig};
+use minik8s_kubelet::runtime::{CriRuntime, Runtime};
+
+/// Flags of the node agent, named after the kubelet's.
+#[derive(Args, Clone, Debug)]
+pub struct AgentArgs {
+    /// Run the control plane only.
+    #[arg(long)]
+    pub disable_agent: bool,
+    /// This node's name [default: the hostname].
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// The address reported for this node [default: its first non-loopback address].
+    #[arg(long)]
+    pub node_ip: Option<IpAddr>,
+    /// The range every pod address comes from.
+    #[arg(long, default_value = "10.244.0.0/16")]
+    pub cluster_cidr: String,
+    /// This node's pod range, until a controller assigns one.
+    #[arg(long, default_value = "10.244.0.0/24")]
+    pub pod_cidr: String,
+    /// Cluster DNS servers given to pods with dnsPolicy ClusterFirst.
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_dns: Vec<IpAddr>,
+    /// Use this CRI socket instead of starting a private containerd.
+    #[arg(long)]
+    pub container_runtime_endpoint: Option<PathBuf>,
+}
+
+/// The running node: keep it alive as long as the node runs.
+pub struct Agent {
+    containerd: Option<Containerd>,
+}
+
+impl Agent {
+    /// Stops containerd but leaves containers running, so the next start adopts them.
+    pub fn stop(mut self) {
+        if let Some(mut c) = self.containerd.take() {
+            c.stop_keeping_containers();
+        }
+    }
+}
+
+fn node_ip(args: &AgentArgs) -> IpAddr {
+    args.node_ip
+        .or_else(|| {
+            minik8s_apiserver::server::local_addresses()
+                .into_iter()
+                .find(|ip| !ip.is_loopback())
+        })
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+fn node_name(args: &AgentArgs) -> String {
+    args.node_name
+        .clone()
+        .unwrap_or_else(|| minik8s_apiserver::server::hostname().to_lowercase())
+}
+
+/// Waits (bounded) until the CRI sees the pause image: imports reach its cache through events.
+async fn wait_for_image(runtime: &CriRuntime, image: &str) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if runtime.image_status(image).await?.is_some() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("the runtime does not see {image} after importing it");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Starts containerd (unless an endpoint is given), imports `<data-dir>/images/*.tar`, issues
+/// the kubelet's certificate and runs the kubelet in the background.
+pub async fn start(
+    args: &AgentArgs,
+    data_dir: &Path,
+    pki: &minik8s_apiserver::pki::Pki,
+    api_url: &str,
+    service_range: &str,
+) -> anyhow::Result<Agent> {
+    let name = node_name(args);
+    let (socket, cni_dir, containerd) = match &args.container_runtime_endpoint {
+        Some(endpoint) => (endpoint.clone(), data_dir.join("kubelet").join("cni"), None),
+        None => {
+            let config = ContainerdConfig::new(data_dir.join("containerd"));
+            let c = Containerd::start(config, Duration::from_secs(30))
+                .await
+                .context("starting containerd")?;
+            (c.socket(), c.config().cni_conf_dir(), Some(c))
+        }
+    };
+    let images = data_dir.join("images");
+    if images.is_dir() {
+        let started = std::time::Instant::now();
+        let imported = minik8s_kubelet::images::import_dir(&socket, &images, &Default::default())
+            .await
+            .with_context(|| format!("importing images from {}", images.display()))?;
+        tracing::info!(
+            count = imported.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "imported images"
+        );
+        let runtime = CriRuntime::connect(&socket).await?;
+        if imported
+            .iter()
+            .any(|i| i.name == minik8s_kubelet::containerd::SANDBOX_IMAGE)
+        {
+            wait_for_image(&runtime, minik8s_kubelet::containerd::SANDBOX_IMAGE).await?;
+        }
+    }
+    let cert = pki.client("kubelet", &format!("system:node:{name}"), &["system:nodes"])?;
+    let kubeconfig = minik8s_apiserver::server::admin_kubeconfig(
+        api_url,
+        &pki.ca.cert_pem,
+        &cert.cert_pem,
+        &cert.key_pem,
+    );
+    let path = data_dir.join("kubelet.kubeconfig");
+    std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+    let client = {
+        let kc = kube::config::Kubeconfig::read_from(&path)?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        kube::Client::try_from(config)?
+    };
+    let mut config = minik8s_kubelet::KubeletConfig::new(
+        &name,
+        node_ip(args),
+        data_dir.join("kubelet"),
+        &socket,
+    );
+    config.cni_conf_dir = cni_dir;
+    config.pod_cidr = Some(args.pod_cidr.clone());
+    config.cluster_dns = args.cluster_dns.clone();
+    let ranges = vec![args.cluster_cidr.clone(), service_range.to_string()];
+    tokio::spawn(async move {
+        if let Err(e) = minik8s_kubelet::run(config, client, ranges).await {
+            tracing::error!(error = %e, "kubelet stopped");
+        }
+    });
+    Ok(Agent { containerd })
+}
+
+/// Stops every pod of the node and containerd, and removes what they left: containers, the
+/// bridge and its routes, pod cgroups.
+pub async fn teardown(data_dir: &Path) -> anyhow::Result<()> {
+    let dir = data_dir.join("containerd");
+    if dir.is_dir() {
+        let c = Containerd::start(ContainerdConfig::new(&dir), Duration::from_secs(30))
+            .await
+            .context("starting containerd")?;
+        let runtime = CriRuntime::connect(&c.socket()).await?;
+        for s in runtime.list_pod_sandboxes().await? {
+            let _ = runtime.stop_pod_sandbox(&s.id).await;
+            let _ = runtime.remove_pod_sandbox(&s.id).await;
+        }
+        c.shutdown().await;
+    }
+    let _ = std::process::Command::new("ip")
+        .args(["link", "del", minik8s_kubelet::cni::BRIDGE])
+        .status();
+    if let Err(e) = minik8s_kubelet::cgroups::remove(Path::new("/sys/fs/cgroup"), "/kubepods") {
+        tracing::warn!(error = %e, "removing pod cgroups failed");
+    }
+    Ok(())
+}
