@@ -1,1 +1,87 @@
-fn main() {}
+//! Benchmarks of minik8s. They print figures; they never pass or fail on them.
+//!
+//! `minik8s-bench api` starts a fresh server process per storage backend and measures idle
+//! memory, durable create throughput, GET and LIST latency and watch delivery latency.
+
+mod api;
+mod h2;
+mod proc;
+mod stats;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "minik8s-bench",
+    about = "Benchmarks of minik8s (figures, never pass/fail)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// API server: memory, create throughput, GET/LIST latency, watch delivery latency.
+    Api(ApiArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    Sqlite,
+    Etcd,
+    Both,
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ApiArgs {
+    /// The minik8s binary (default: `minik8s` next to this binary).
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "both")]
+    backend: BackendChoice,
+    /// Sequential creates with one client.
+    #[arg(long, default_value_t = 2_000)]
+    creates_single: usize,
+    /// Creates in total with `--clients` concurrent clients (spread over two namespaces, so
+    /// each of them ends up with half; the LIST phase reads one of them).
+    #[arg(long, default_value_t = 20_000)]
+    creates_concurrent: usize,
+    /// Concurrent clients of the concurrent create phase.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// HTTP/2 connections the raw client spreads its concurrent clients over.
+    #[arg(long, default_value_t = 1)]
+    h2_connections: usize,
+    /// GETs of existing objects, one client.
+    #[arg(long, default_value_t = 5_000)]
+    gets: usize,
+    /// Timed full LISTs of one namespace (after one untimed warm-up).
+    #[arg(long, default_value_t = 10)]
+    list_runs: usize,
+    /// Concurrent watchers of one namespace.
+    #[arg(long, default_value_t = 100)]
+    watchers: usize,
+    /// Creates whose delivery to every watcher is timed.
+    #[arg(long, default_value_t = 200)]
+    watch_creates: usize,
+    /// Pause between the timed creates of the watch phase, in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    watch_interval_ms: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Api(args) => api::run(args).await,
+        }
+    })
+}

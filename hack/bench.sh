@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Benchmarks. They print figures and never fail on them (a non-zero exit means the benchmark
+# itself could not run). Each subcommand builds in release mode first.
+#
+#   hack/bench.sh api [ARGS...]   API server on both stores: idle RSS, durable creates/s with 1
+#                                 and 64 clients, GET/LIST latency, watch delivery latency.
+#                                 ARGS go to `minik8s-bench api` (e.g. --backend sqlite).
+#
+# Later subcommands (pods, scale, proxy) are further arms of the case below.
+source "$(dirname "$0")/lib.sh"
+
+TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+
+usage() {
+  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+}
+
+build_release() {
+  log "building $* (release)"
+  local pkgs=()
+  for p in "$@"; do pkgs+=(-p "$p"); done
+  cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" "${pkgs[@]}"
+}
+
+cmd="${1:-}"
+if (($#)); then shift; fi
+case "$cmd" in
+  api)
+    install_packages
+    build_release minik8s minik8s-bench
+    log "running the API benchmark (both stores; a few minutes)"
+    "$TARGET_DIR/release/minik8s-bench" api --server-bin "$TARGET_DIR/release/minik8s" "$@"
+    ;;
+  -h | --help | help)
+    usage
+    ;;
+  *)
+    usage
+    exit 2
+    ;;
+esac
