@@ -67,9 +67,12 @@ impl ApiServer {
         store: DynStore,
         metrics: Arc<Metrics>,
         auth: Authenticator,
-        options: ServeOptions,
+        mut options: ServeOptions,
         address: String,
     ) -> Arc<Self> {
+        options.namespaces = Some(crate::registry::namespaces::NamespaceCache::start(
+            store.clone(),
+        ));
         let server = Arc::new(ApiServer {
             store,
             metrics,

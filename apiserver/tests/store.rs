@@ -400,3 +400,46 @@ async fn sqlite_reopen_keeps_state() {
     let next = store.create("/z/c", b("3")).await.unwrap();
     assert_eq!(next.mod_revision, last + 1);
 }
+
+/// A range larger than one gRPC message (4 MiB) still lists whole, at one revision.
+async fn large_ranges(store: DynStore) {
+    let value = Bytes::from(vec![b'v'; 3000]);
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let store = store.clone();
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..250 {
+                store
+                    .create(&format!("/big/{w}-{i:04}"), value.clone())
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let all = store
+        .list(ListOptions {
+            prefix: "/big/".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.kvs.len(), 2000);
+    assert!(
+        all.kvs.windows(2).all(|w| w[0].key < w[1].key),
+        "keys in order"
+    );
+    let page = store
+        .list(ListOptions {
+            prefix: "/big/".into(),
+            limit: Some(1500),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((page.kvs.len(), page.remaining), (1500, 500));
+}
+both!(large_ranges);

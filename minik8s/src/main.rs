@@ -155,6 +155,7 @@ impl ServerArgs {
         c.serve = ServeOptions {
             bookmark_interval: self.watch_bookmark_interval,
             min_request_timeout: self.min_request_timeout,
+            ..Default::default()
         };
         c
     }

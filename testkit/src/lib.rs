@@ -133,7 +133,7 @@ pub enum Backend {
 pub fn test_serve_options() -> ServeOptions {
     ServeOptions {
         bookmark_interval: Duration::from_millis(200),
-        min_request_timeout: Duration::from_secs(1800),
+        ..Default::default()
     }
 }
 

@@ -106,6 +106,8 @@ pub trait Extension<S: Strategy>: Send + Sync + 'static {
 /// Server-wide settings handlers need.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
+    /// The server's namespace cache, for admitting creates.
+    pub namespaces: Option<Arc<crate::registry::namespaces::NamespaceCache>>,
     pub bookmark_interval: Duration,
     /// Watches without timeoutSeconds end after a random time in [min, 2*min).
     pub min_request_timeout: Duration,
@@ -114,6 +116,7 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
+            namespaces: None,
             bookmark_interval: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
         }
@@ -128,6 +131,9 @@ pub struct ResourceEndpoint<S: Strategy> {
 
 impl<S: Strategy> ResourceEndpoint<S> {
     pub fn new(registry: Arc<GenericRegistry<S>>, options: ServeOptions) -> Self {
+        if let Some(cache) = &options.namespaces {
+            let _ = registry.namespaces.set(cache.clone());
+        }
         ResourceEndpoint {
             registry,
             extension: None,

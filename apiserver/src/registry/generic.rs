@@ -97,6 +97,8 @@ pub struct GenericRegistry<S: Strategy> {
     pub strategy: S,
     store: DynStore,
     root: String,
+    /// Seen namespaces, for admission without a storage read (set once by the endpoint).
+    pub namespaces: std::sync::OnceLock<Arc<super::namespaces::NamespaceCache>>,
 }
 
 pub fn parse_rv(rv: &str) -> Result<Revision, ApiError> {
@@ -120,6 +122,7 @@ impl<S: Strategy> GenericRegistry<S> {
             strategy,
             store,
             root,
+            namespaces: Default::default(),
         }
     }
 
@@ -477,6 +480,9 @@ impl<S: Strategy> GenericRegistry<S> {
     /// Rejects creates in a namespace that does not exist or is being deleted
     /// (upstream's NamespaceLifecycle admission).
     async fn admit_namespace(&self, ns: &str, name: &str) -> Result<(), ApiError> {
+        if let Some(false) = self.namespaces.get().and_then(|c| c.get(ns)) {
+            return Ok(());
+        }
         let key = format!("/registry/namespaces/{ns}");
         let kv = self
             .store

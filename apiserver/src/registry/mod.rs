@@ -3,3 +3,4 @@
 pub mod crd_controller;
 pub mod custom;
 pub mod generic;
+pub mod namespaces;

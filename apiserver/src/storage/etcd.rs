@@ -19,6 +19,9 @@ use super::{
 };
 use crate::metrics::StoreMetrics;
 
+/// Keys read per range request when a list has no limit.
+const LIST_PAGE: usize = 1000;
+
 pub struct EtcdStore {
     client: Client,
     metrics: Arc<StoreMetrics>,
@@ -193,47 +196,58 @@ impl Store for EtcdStore {
 
     async fn list(&self, opts: ListOptions) -> Result<ListResult> {
         let started = Instant::now();
-        let start = match &opts.after_key {
-            Some(k) => format!("{k}\0"),
-            None => opts.prefix.clone(),
-        };
-        let mut get = GetOptions::new().with_range(prefix_end(&opts.prefix));
-        if let Some(limit) = opts.limit {
-            get = get.with_limit(limit as i64);
-        }
-        if let Some(rev) = opts.revision {
-            get = get.with_revision(rev);
-        }
-        let resp = match self.client.kv_client().get(start, Some(get)).await {
-            Ok(r) => r,
-            Err(e) if is_compacted(&e) => {
-                let requested = opts.revision.unwrap_or_default();
-                return Err(StoreError::Compacted {
-                    requested,
-                    compacted: self.compacted.load(Ordering::Relaxed).max(requested + 1),
+        let mut after = opts.after_key.clone();
+        let mut revision = opts.revision;
+        let mut kvs: Vec<KeyValue> = Vec::new();
+        // Large ranges are read in pages at one revision: a single response must stay under
+        // gRPC's message limit.
+        loop {
+            let want = opts.limit.map(|l| l - kvs.len());
+            let page = want.map_or(LIST_PAGE, |w| w.min(LIST_PAGE));
+            let start = match &after {
+                Some(k) => format!("{k}\0"),
+                None => opts.prefix.clone(),
+            };
+            let mut get = GetOptions::new()
+                .with_range(prefix_end(&opts.prefix))
+                .with_limit(page as i64);
+            if let Some(rev) = revision {
+                get = get.with_revision(rev);
+            }
+            let resp = match self.client.kv_client().get(start, Some(get)).await {
+                Ok(r) => r,
+                Err(e) if is_compacted(&e) => {
+                    let requested = revision.unwrap_or_default();
+                    return Err(StoreError::Compacted {
+                        requested,
+                        compacted: self.compacted.load(Ordering::Relaxed).max(requested + 1),
+                    });
+                }
+                Err(e) if is_future(&e) => {
+                    let current = self.current_revision().await?;
+                    return Err(StoreError::FutureRevision {
+                        requested: revision.unwrap_or_default(),
+                        current,
+                    });
+                }
+                Err(e) => return Err(backend(e)),
+            };
+            revision = revision.or_else(|| resp.header().map(|h| h.revision()));
+            let got = resp.kvs().len();
+            kvs.extend(resp.kvs().iter().map(convert));
+            let left = (resp.count() as usize).saturating_sub(got);
+            let full = opts.limit.is_some_and(|l| kvs.len() >= l);
+            if left == 0 || full || got == 0 {
+                self.metrics
+                    .observe("list", started.elapsed().as_secs_f64());
+                return Ok(ListResult {
+                    kvs,
+                    revision: revision.unwrap_or_default(),
+                    remaining: left,
                 });
             }
-            Err(e) if is_future(&e) => {
-                let current = self.current_revision().await?;
-                return Err(StoreError::FutureRevision {
-                    requested: opts.revision.unwrap_or_default(),
-                    current,
-                });
-            }
-            Err(e) => return Err(backend(e)),
-        };
-        self.metrics
-            .observe("list", started.elapsed().as_secs_f64());
-        let kvs: Vec<KeyValue> = resp.kvs().iter().map(convert).collect();
-        let remaining = (resp.count() as usize).saturating_sub(kvs.len());
-        let revision = opts
-            .revision
-            .unwrap_or_else(|| resp.header().map(|h| h.revision()).unwrap_or_default());
-        Ok(ListResult {
-            kvs,
-            revision,
-            remaining,
-        })
+            after = kvs.last().map(|kv| kv.key.clone());
+        }
     }
 
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {

@@ -1,0 +1,99 @@
+//! Which namespaces exist and which are terminating, kept from a watch of the store, so that
+//! admitting a create costs no storage read (upstream's NamespaceLifecycle uses an informer the
+//! same way, and falls back to a live read for what it has not seen yet).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+
+use crate::storage::{DynStore, Event, ListOptions};
+
+const PREFIX: &str = "/registry/namespaces/";
+
+#[derive(Default)]
+pub struct NamespaceCache {
+    /// Namespace name → terminating.
+    state: RwLock<HashMap<String, bool>>,
+}
+
+impl std::fmt::Debug for NamespaceCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamespaceCache").finish_non_exhaustive()
+    }
+}
+
+fn terminating(value: &[u8]) -> Option<bool> {
+    let ns: Namespace = serde_json::from_slice(value).ok()?;
+    Some(
+        ns.metadata.deletion_timestamp.is_some()
+            || ns.status.and_then(|s| s.phase).as_deref() == Some("Terminating"),
+    )
+}
+
+fn name_of(key: &str) -> &str {
+    key.strip_prefix(PREFIX).unwrap_or(key)
+}
+
+impl NamespaceCache {
+    /// `Some(terminating)` for a namespace the cache has seen.
+    pub fn get(&self, name: &str) -> Option<bool> {
+        self.state
+            .read()
+            .expect("namespace cache")
+            .get(name)
+            .copied()
+    }
+
+    /// Keeps the cache from the store until the process ends: list, then watch from the list's
+    /// revision; on any error, list again.
+    pub fn start(store: DynStore) -> Arc<NamespaceCache> {
+        let cache = Arc::new(NamespaceCache::default());
+        let this = cache.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = this.follow(&store).await {
+                    tracing::debug!(error = %e, "namespace cache watch ended; relisting");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        cache
+    }
+
+    async fn follow(&self, store: &DynStore) -> Result<(), crate::storage::StoreError> {
+        let list = store
+            .list(ListOptions {
+                prefix: PREFIX.into(),
+                ..Default::default()
+            })
+            .await?;
+        {
+            let mut state = self.state.write().expect("namespace cache");
+            state.clear();
+            for kv in &list.kvs {
+                if let Some(t) = terminating(&kv.value) {
+                    state.insert(name_of(&kv.key).to_string(), t);
+                }
+            }
+        }
+        let mut events = store.watch(PREFIX, list.revision).await?;
+        while let Some(event) = events.next().await {
+            let mut state = self.state.write().expect("namespace cache");
+            match event? {
+                Event::Put { kv, .. } => {
+                    if let Some(t) = terminating(&kv.value) {
+                        state.insert(name_of(&kv.key).to_string(), t);
+                    }
+                }
+                Event::Delete { prev, .. } => {
+                    state.remove(name_of(&prev.key));
+                }
+                Event::Progress(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
