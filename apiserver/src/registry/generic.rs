@@ -477,6 +477,17 @@ impl<S: Strategy> GenericRegistry<S> {
         Ok((t.rv, start))
     }
 
+    /// Tells the namespace cache about this server's own namespace writes at once, so a
+    /// create right after a namespace turned Terminating is refused (the cache's watch would
+    /// see it a moment later).
+    fn wrote(&self, key: &str, value: Option<&Bytes>, revision: Revision) {
+        if let Some(cache) = self.namespaces.get()
+            && self.root == "/registry/namespaces/"
+        {
+            cache.observe(key, value.map(|v| &v[..]), revision);
+        }
+    }
+
     /// Rejects creates in a namespace that does not exist or is being deleted
     /// (upstream's NamespaceLifecycle admission).
     async fn admit_namespace(&self, ns: &str, name: &str) -> Result<(), ApiError> {
@@ -641,6 +652,7 @@ impl<S: Strategy> GenericRegistry<S> {
             let value = self.encode(&candidate)?;
             match self.store.create(&key, value).await {
                 Ok(kv) => {
+                    self.wrote(&key, Some(&kv.value), kv.mod_revision);
                     self.strategy.meta_mut(&mut candidate).resource_version =
                         Some(kv.mod_revision.to_string());
                     return Ok(candidate);
@@ -794,6 +806,7 @@ impl<S: Strategy> GenericRegistry<S> {
             if finalize {
                 match self.store.delete(&key, Some(kv.mod_revision)).await {
                     Ok((_, rev)) => {
+                        self.wrote(&key, None, rev);
                         self.strategy.meta_mut(&mut new).resource_version = Some(rev.to_string());
                         return Ok((new, true));
                     }
@@ -806,6 +819,7 @@ impl<S: Strategy> GenericRegistry<S> {
             }
             match self.store.update(&key, value, kv.mod_revision).await {
                 Ok(stored) => {
+                    self.wrote(&key, Some(&stored.value), stored.mod_revision);
                     self.strategy.meta_mut(&mut new).resource_version =
                         Some(stored.mod_revision.to_string());
                     return Ok((new, false));
@@ -1044,6 +1058,7 @@ impl<S: Strategy> GenericRegistry<S> {
                     let value = self.encode(&new)?;
                     match self.store.update(&key, value, kv.mod_revision).await {
                         Ok(stored) => {
+                            self.wrote(&key, Some(&stored.value), stored.mod_revision);
                             self.strategy.meta_mut(&mut new).resource_version =
                                 Some(stored.mod_revision.to_string());
                             return Ok(Deleted::Pending(new));
@@ -1060,7 +1075,10 @@ impl<S: Strategy> GenericRegistry<S> {
                         return Ok(Deleted::Gone(current));
                     }
                     match self.store.delete(&key, Some(kv.mod_revision)).await {
-                        Ok(_) => return Ok(Deleted::Gone(current)),
+                        Ok((_, rev)) => {
+                            self.wrote(&key, None, rev);
+                            return Ok(Deleted::Gone(current));
+                        }
                         Err(StoreError::Conflict { .. }) => continue,
                         Err(StoreError::NotFound(_)) => {
                             return Err(ApiError::not_found(self.target(name)));

@@ -9,14 +9,15 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 
-use crate::storage::{DynStore, Event, ListOptions};
+use crate::storage::{DynStore, Event, ListOptions, Revision};
 
 const PREFIX: &str = "/registry/namespaces/";
 
 #[derive(Default)]
 pub struct NamespaceCache {
-    /// Namespace name → terminating.
-    state: RwLock<HashMap<String, bool>>,
+    /// Namespace name → (terminating, or `None` once deleted; the revision that said so).
+    /// Older news never overwrites newer: this server's own writes land before its watch.
+    state: RwLock<HashMap<String, (Option<bool>, Revision)>>,
 }
 
 impl std::fmt::Debug for NamespaceCache {
@@ -47,6 +48,11 @@ impl NamespaceCache {
             .copied()
     }
 
+    /// Records a namespace write this server just made (`None`: deleted).
+    pub fn observe(&self, key: &str, value: Option<&[u8]>, revision: Revision) {
+        self.apply(key, value.and_then(terminating), revision);
+    }
+
     /// Keeps the cache from the store until the process ends: list, then watch from the list's
     /// revision; on any error, list again.
     pub fn start(store: DynStore) -> Arc<NamespaceCache> {
@@ -70,27 +76,16 @@ impl NamespaceCache {
                 ..Default::default()
             })
             .await?;
-        {
-            let mut state = self.state.write().expect("namespace cache");
-            state.clear();
-            for kv in &list.kvs {
-                if let Some(t) = terminating(&kv.value) {
-                    state.insert(name_of(&kv.key).to_string(), t);
-                }
-            }
+        for kv in &list.kvs {
+            self.apply(&kv.key, terminating(&kv.value), kv.mod_revision);
         }
         let mut events = store.watch(PREFIX, list.revision).await?;
         while let Some(event) = events.next().await {
-            let mut state = self.state.write().expect("namespace cache");
             match event? {
                 Event::Put { kv, .. } => {
-                    if let Some(t) = terminating(&kv.value) {
-                        state.insert(name_of(&kv.key).to_string(), t);
-                    }
+                    self.apply(&kv.key, terminating(&kv.value), kv.mod_revision)
                 }
-                Event::Delete { prev, .. } => {
-                    state.remove(name_of(&prev.key));
-                }
+                Event::Delete { prev, revision } => self.apply(&prev.key, None, revision),
                 Event::Progress(_) => {}
             }
         }
