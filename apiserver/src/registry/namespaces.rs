@@ -45,7 +45,15 @@ impl NamespaceCache {
             .read()
             .expect("namespace cache")
             .get(name)
-            .copied()
+            .and_then(|(t, _)| *t)
+    }
+
+    fn apply(&self, key: &str, terminating: Option<bool>, revision: Revision) {
+        let mut state = self.state.write().expect("namespace cache");
+        let entry = state.entry(name_of(key).to_string()).or_insert((None, 0));
+        if revision >= entry.1 {
+            *entry = (terminating, revision);
+        }
     }
 
     /// Records a namespace write this server just made (`None`: deleted).
