@@ -35,6 +35,12 @@ pub struct AgentArgs {
     /// Use this CRI socket instead of starting a private containerd.
     #[arg(long)]
     pub container_runtime_endpoint: Option<PathBuf>,
+    /// The bridge pods attach to.
+    #[arg(long, default_value = "cni0")]
+    pub bridge: String,
+    /// Parent cgroup of every pod.
+    #[arg(long, default_value = "/kubepods")]
+    pub cgroup_root: String,
 }
 
 /// The running node: keep it alive as long as the node runs.
@@ -143,6 +149,8 @@ pub async fn start(
     config.cni_conf_dir = cni_dir;
     config.pod_cidr = Some(args.pod_cidr.clone());
     config.cluster_dns = args.cluster_dns.clone();
+    config.bridge = args.bridge.clone();
+    config.cgroup_root = args.cgroup_root.clone();
     let ranges = vec![args.cluster_cidr.clone(), service_range.to_string()];
     tokio::spawn(async move {
         if let Err(e) = minik8s_kubelet::run(config, client, ranges).await {
@@ -154,7 +162,7 @@ pub async fn start(
 
 /// Stops every pod of the node and containerd, and removes what they left: containers, the
 /// bridge and its routes, pod cgroups.
-pub async fn teardown(data_dir: &Path) -> anyhow::Result<()> {
+pub async fn teardown(data_dir: &Path, bridge: &str, cgroup_root: &str) -> anyhow::Result<()> {
     let dir = data_dir.join("containerd");
     if dir.is_dir() {
         let c = Containerd::start(ContainerdConfig::new(&dir), Duration::from_secs(30))
@@ -168,9 +176,9 @@ pub async fn teardown(data_dir: &Path) -> anyhow::Result<()> {
         c.shutdown().await;
     }
     let _ = std::process::Command::new("ip")
-        .args(["link", "del", minik8s_kubelet::cni::BRIDGE])
+        .args(["link", "del", bridge])
         .status();
-    if let Err(e) = minik8s_kubelet::cgroups::remove(Path::new("/sys/fs/cgroup"), "/kubepods") {
+    if let Err(e) = minik8s_kubelet::cgroups::remove(Path::new("/sys/fs/cgroup"), cgroup_root) {
         tracing::warn!(error = %e, "removing pod cgroups failed");
     }
     Ok(())

@@ -40,6 +40,10 @@ enum Command {
 struct TeardownArgs {
     #[arg(long, env = "MINIK8S_DATA_DIR", default_value = "/var/lib/minik8s")]
     data_dir: PathBuf,
+    #[arg(long, default_value = "cni0")]
+    bridge: String,
+    #[arg(long, default_value = "/kubepods")]
+    cgroup_root: String,
 }
 
 #[derive(Subcommand)]
@@ -305,7 +309,9 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Server(args) => run_apiserver(args, true).await,
             Command::Apiserver(args) => run_apiserver(args, false).await,
-            Command::Teardown(args) => agent::teardown(&args.data_dir).await,
+            Command::Teardown(args) => {
+                agent::teardown(&args.data_dir, &args.bridge, &args.cgroup_root).await
+            }
             Command::Image(ImageCommand::Import(args)) => import_images(args).await,
             Command::Image(ImageCommand::Build(_)) => unreachable!("handled above"),
         }
