@@ -175,6 +175,8 @@ pub async fn teardown(data_dir: &Path, bridge: &str, cgroup_root: &str) -> anyho
         }
         c.shutdown().await;
     }
+    // The pods directory is a shared bind mount of itself; volumes mount inside it.
+    minik8s_kubelet::containerd::unmount_under(&data_dir.join("kubelet"));
     let _ = std::process::Command::new("ip")
         .args(["link", "del", bridge])
         .status();

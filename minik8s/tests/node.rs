@@ -147,9 +147,23 @@ fn cleanup_host() {
     let _ = minik8s_kubelet::cgroups::remove(Path::new("/sys/fs/cgroup"), CGROUP_ROOT);
 }
 
+/// Whatever happens to the test, leave nothing running or mounted on the host.
+struct Teardown(std::path::PathBuf);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_minik8s"))
+            .args(["teardown", "--data-dir", &self.0.to_string_lossy(), "--bridge", BRIDGE, "--cgroup-root", CGROUP_ROOT])
+            .stderr(Stdio::null())
+            .status();
+        cleanup_host();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_restart_and_survive_a_node_restart() {
     let dir = tempfile::tempdir().unwrap();
+    let _teardown = Teardown(dir.path().to_path_buf());
     let images = dir.path().join("images");
     for kind in [ImageKind::Pause, ImageKind::Busybox] {
         build(kind, &BuildOptions::new(&images)).expect("build image");
