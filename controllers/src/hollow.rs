@@ -661,32 +661,32 @@ async fn reconcile_pod(pod: Arc<Pod>, hollow: Arc<Hollow>) -> Result<Action, kub
         hollow.release_ip(index, &uid);
         return Ok(Action::await_change());
     }
-    if let Some(code) = exit_code(&pod) {
-        if phase == "Running" {
-            let run = Duration::from_secs(
-                annotation(&pod, RUN_SECONDS_ANNOTATION)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0),
-            );
-            let started = status
-                .start_time
-                .as_ref()
-                .map(|t| t.0)
-                .unwrap_or_else(Timestamp::now);
-            let elapsed = Timestamp::now().duration_since(started);
-            let remaining = jiff::SignedDuration::try_from(run)
-                .unwrap_or_default()
-                .checked_sub(elapsed)
-                .unwrap_or_default();
-            if remaining.is_positive() {
-                return Ok(Action::requeue(
-                    Duration::try_from(remaining).unwrap_or_default(),
-                ));
-            }
-            patch_status(&api, &pod, terminal_status(&pod, code)).await?;
-            hollow.release_ip(index, &uid);
-            return Ok(Action::await_change());
+    if let Some(code) = exit_code(&pod)
+        && phase == "Running"
+    {
+        let run = Duration::from_secs(
+            annotation(&pod, RUN_SECONDS_ANNOTATION)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+        );
+        let started = status
+            .start_time
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or_else(Timestamp::now);
+        let elapsed = Timestamp::now().duration_since(started);
+        let remaining = jiff::SignedDuration::try_from(run)
+            .unwrap_or_default()
+            .checked_sub(elapsed)
+            .unwrap_or_default();
+        if remaining.is_positive() {
+            return Ok(Action::requeue(
+                Duration::try_from(remaining).unwrap_or_default(),
+            ));
         }
+        patch_status(&api, &pod, terminal_status(&pod, code)).await?;
+        hollow.release_ip(index, &uid);
+        return Ok(Action::await_change());
     }
     let ready = annotation(&pod, READY_ANNOTATION) != Some("false");
     let ip = hollow.allocate_ip(index, &pod);
