@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::fieldpath::{Path, PathElement, Set, path_string};
+use super::gozero;
 use super::schema::Schema;
 use super::typed::{Comparison, Typed, join_errors, values_equal};
 
@@ -411,6 +412,15 @@ impl FieldManager<'_> {
         Typed::new(self.schema)
     }
 
+    /// `v` as upstream compares it: with the fields Go-typed objects always have.
+    fn go(&self, v: &Value) -> Value {
+        if gozero::applies(self.schema) {
+            gozero::filled(self.schema, v)
+        } else {
+            v.clone()
+        }
+    }
+
     /// Records an update (create, update or patch) by `manager`: `new` gets its
     /// `metadata.managedFields`. `live` is the stored object, `None` on create.
     pub fn update(&self, live: Option<&Value>, new: &mut Value, manager: &str) {
@@ -533,7 +543,9 @@ impl FieldManager<'_> {
         workflow: &ManagerId,
         force: bool,
     ) -> Result<(Managers, Comparison), Vec<Conflict>> {
-        let mut compare = self.typed().compare(Some(old), Some(new));
+        let mut compare = self
+            .typed()
+            .compare(Some(&self.go(old)), Some(&self.go(new)));
         compare.exclude(&self.reset);
         let changed = compare.modified.union(&compare.added);
         let mut conflicts: Vec<(ManagerId, Set)> = Vec::new();
@@ -836,7 +848,7 @@ impl FieldManager<'_> {
             return None;
         }
         let set = typed.to_field_set(&last);
-        let c = typed.compare(Some(&last), Some(live));
+        let c = typed.compare(Some(&last), Some(&self.go(live)));
         Some(
             set.difference(&c.modified)
                 .difference(&c.added)

@@ -4,6 +4,7 @@
 //! `strategicpatch`, structured-merge-diff and `managedfields` packages define them.
 
 pub mod fieldpath;
+pub mod gozero;
 pub mod managed;
 pub mod schema;
 pub mod strategic;
