@@ -673,3 +673,27 @@ async fn apply_errors() {
     // Nothing was created by the failures.
     assert_eq!(s.get(&item).await.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn apply_to_the_status_subresource() {
+    let s = server().await;
+    let item = format!("{DEPLOYS}/web");
+    let r = apply(&s, &item, "fieldManager=kubectl", DEPLOY_YAML).await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    // Status through the main resource is not owned, and not stored.
+    let with_status = format!("{DEPLOY_YAML}status:\n  replicas: 7\n");
+    let r = apply(&s, &item, "fieldManager=kubectl", &with_status).await;
+    let v = r.json();
+    assert!(v.get("status").is_none_or(|st| st.get("replicas").is_none()));
+    assert!(entry(&v, "kubectl", "Apply").unwrap()["fieldsV1"].get("f:status").is_none());
+    // Through the status subresource: only the status is taken.
+    let status = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 9}\nstatus: {replicas: 7}\n";
+    let r = apply(&s, &format!("{item}/status"), "fieldManager=controller", status).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(v["status"]["replicas"], 7);
+    assert_eq!(v["spec"]["replicas"], 2);
+    let e = entry(&v, "controller", "Apply").unwrap();
+    assert_eq!(e["subresource"], "status");
+    assert_eq!(e["fieldsV1"], json!({"f:status": {"f:replicas": {}}}));
+}

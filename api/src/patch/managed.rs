@@ -312,6 +312,8 @@ pub fn conflict_message(conflicts: &[Conflict]) -> (String, Vec<(String, String)
 }
 
 /// The metadata fields nobody owns.
+static STRIP_SET: std::sync::LazyLock<Set> = std::sync::LazyLock::new(strip_set);
+
 fn strip_set() -> Set {
     let m = |p: &[&str]| -> Vec<PathElement> { p.iter().map(|s| PathElement::field(s)).collect() };
     let paths = [
@@ -455,13 +457,13 @@ impl FieldManager<'_> {
             self.api_version,
             self.subresource,
         );
-        let mut managed = self.record_update(live_v, new, managed, &id);
+        let mut managed = self.record_update(&self.go(live_v), &self.go(new), managed, &id);
         self.cap_update_managers(&mut managed);
         set_managed_fields(new, &managed);
     }
 
     /// Upstream's managedFieldsUpdater over the update: the changed fields go to `id`, whose
-    /// time moves only if it took any.
+    /// time moves only if it took any. `live` and `new` are as [`FieldManager::go`] gives them.
     fn record_update(
         &self,
         live: &Value,
@@ -533,8 +535,9 @@ impl FieldManager<'_> {
         managers
     }
 
-    /// Takes fields changed from `old` to `new` away from every manager but `workflow`;
-    /// without `force`, fields other managers own and that change are conflicts.
+    /// Takes fields changed from `old` to `new` (both as [`FieldManager::go`] gives them)
+    /// away from every manager but `workflow`; without `force`, fields other managers own
+    /// and that change are conflicts.
     fn update_managers(
         &self,
         old: &Value,
@@ -543,9 +546,7 @@ impl FieldManager<'_> {
         workflow: &ManagerId,
         force: bool,
     ) -> Result<(Managers, Comparison), Vec<Conflict>> {
-        let mut compare = self
-            .typed()
-            .compare(Some(&self.go(old)), Some(&self.go(new)));
+        let mut compare = self.typed().compare(Some(old), Some(new));
         compare.exclude(&self.reset);
         let changed = compare.modified.union(&compare.added);
         let mut conflicts: Vec<(ManagerId, Set)> = Vec::new();
@@ -715,7 +716,8 @@ impl FieldManager<'_> {
                 self.api_version,
                 self.subresource,
             );
-            managed = self.record_update(&Value::Object(Map::new()), live, managed, &id);
+            let empty = self.go(&Value::Object(Map::new()));
+            managed = self.record_update(&empty, &self.go(live), managed, &id);
         }
         let id = ManagerId::new(
             manager,
@@ -803,7 +805,8 @@ impl FieldManager<'_> {
             Some(last) if !last.is_empty() => self.prune(&merged, &managers, &last),
             _ => merged,
         };
-        let (managers, _) = self.update_managers(live, &new, managers, id, force)?;
+        let (managers, _) =
+            self.update_managers(&self.go(live), &self.go(&new), managers, id, force)?;
         if values_equal(live, &new) {
             return Ok((None, managers));
         }
@@ -859,7 +862,7 @@ impl FieldManager<'_> {
 
 fn strip(managers: &mut Managers, id: &ManagerId) {
     if let Some(vs) = managers.get_mut(id) {
-        vs.set = vs.set.difference(&strip_set());
+        vs.set = vs.set.difference(&STRIP_SET);
         if vs.set.is_empty() {
             managers.remove(id);
         }
