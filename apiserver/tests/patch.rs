@@ -684,12 +684,30 @@ async fn apply_to_the_status_subresource() {
     let with_status = format!("{DEPLOY_YAML}status:\n  replicas: 7\n");
     let r = apply(&s, &item, "fieldManager=kubectl", &with_status).await;
     let v = r.json();
-    assert!(v.get("status").is_none_or(|st| st.get("replicas").is_none()));
-    assert!(entry(&v, "kubectl", "Apply").unwrap()["fieldsV1"].get("f:status").is_none());
+    assert!(
+        v.get("status")
+            .is_none_or(|st| st.get("replicas").is_none())
+    );
+    assert!(
+        entry(&v, "kubectl", "Apply").unwrap()["fieldsV1"]
+            .get("f:status")
+            .is_none()
+    );
     // Through the status subresource: only the status is taken.
     let status = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 9}\nstatus: {replicas: 7}\n";
-    let r = apply(&s, &format!("{item}/status"), "fieldManager=controller", status).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
+    let r = apply(
+        &s,
+        &format!("{item}/status"),
+        "fieldManager=controller",
+        status,
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
     let v = r.json();
     assert_eq!(v["status"]["replicas"], 7);
     assert_eq!(v["spec"]["replicas"], 2);

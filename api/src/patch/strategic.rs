@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 
 use serde_json::{Map, Value};
 
-use super::schema::{DEDUCED, Schema, TypeRef};
+use super::schema::{Schema, TypeRef};
 
 const DIRECTIVE: &str = "$patch";
 const DELETE: &str = "delete";
@@ -484,14 +484,13 @@ impl Merger<'_> {
         }
     }
 
-    /// The patch metadata of a list field, with the type of its items.
+    /// The patch metadata of a list field, with the type of its items (upstream takes a
+    /// field that is not a list as a list of its own type).
     fn slice_meta(&self, t: TypeRef, key: &str) -> Result<Meta, SmpError> {
         let mut m = self.meta(t, key)?;
-        m.ty = self
-            .schema
-            .list_of(m.ty)
-            .map(|l| l.elem)
-            .unwrap_or(TypeRef::of(DEDUCED));
+        if let Some(l) = self.schema.list_of(m.ty) {
+            m.ty = l.elem;
+        }
         Ok(m)
     }
 
@@ -590,17 +589,35 @@ impl Merger<'_> {
         meta: &Meta,
         delete_list: bool,
     ) -> Result<Vec<Value>, SmpError> {
+        self.merge_slice_aliased(original, patch, meta, delete_list)
+            .map(|(merged, _)| merged)
+    }
+
+    /// [`Merger::merge_slice`], and what the caller's view of `original` holds afterwards:
+    /// upstream deletes and appends within the original list's backing array (a list decoded
+    /// from the stored object has no spare capacity), and `$setElementOrder` orders by that
+    /// view.
+    fn merge_slice_aliased(
+        &self,
+        original: Vec<Value>,
+        patch: Vec<Value>,
+        meta: &Meta,
+        delete_list: bool,
+    ) -> Result<(Vec<Value>, Option<Vec<Value>>), SmpError> {
         if original.is_empty() && patch.is_empty() {
-            return Ok(original);
+            return Ok((original, None));
         }
         let kind = slice_element_kind(&[&original, &patch])?;
         let merge_key = meta.merge_key.as_str();
         if kind != ElemKind::Map {
             if delete_list {
-                return Ok(original
-                    .into_iter()
-                    .filter(|v| !patch.contains(v))
-                    .collect());
+                return Ok((
+                    original
+                        .into_iter()
+                        .filter(|v| !patch.contains(v))
+                        .collect(),
+                    None,
+                ));
             }
             let mut merged: Vec<Value> = Vec::new();
             for v in original.iter().chain(&patch) {
@@ -609,25 +626,31 @@ impl Merger<'_> {
                 }
             }
             let (in_patch, server_only) = partition_primitives(merged, &patch);
-            return normalize_element_order(in_patch, server_only, &patch, &original, "", kind);
+            let out = normalize_element_order(in_patch, server_only, &patch, &original, "", kind)?;
+            return Ok((out, None));
         }
         if merge_key.is_empty() {
             return Err(SmpError::Other(
                 "cannot merge lists without merge key for struct".into(),
             ));
         }
-        let (original, patch) = merge_special_elements(original, patch, merge_key)?;
-        let merged = self.merge_without_special_elements(original.clone(), &patch, meta)?;
-        let (in_patch, server_only) = partition_maps(merged, &patch, merge_key)?;
-        normalize_element_order(in_patch, server_only, &patch, &original, merge_key, kind)
+        let mut list = AliasedList::new(original);
+        let patch = merge_special_elements(&mut list, patch, merge_key)?;
+        let original = list.items().to_vec();
+        self.merge_without_special_elements(&mut list, &patch, meta)?;
+        let view = list.view();
+        let (in_patch, server_only) = partition_maps(list.into_items(), &patch, merge_key)?;
+        let out =
+            normalize_element_order(in_patch, server_only, &patch, &original, merge_key, kind)?;
+        Ok((out, Some(view)))
     }
 
     fn merge_without_special_elements(
         &self,
-        mut original: Vec<Value>,
+        original: &mut AliasedList,
         patch: &[Value],
         meta: &Meta,
-    ) -> Result<Vec<Value>, SmpError> {
+    ) -> Result<(), SmpError> {
         for v in patch {
             let Value::Object(m) = v else {
                 return Err(bad_arg_type("map[string]interface {}", v));
@@ -635,18 +658,19 @@ impl Merger<'_> {
             let Some(key) = m.get(&meta.merge_key) else {
                 return Err(no_merge_key(m, &meta.merge_key));
             };
-            match find_map_by_key(&original, &meta.merge_key, key)? {
+            match find_map_by_key(original.items(), &meta.merge_key, key)? {
                 Some(i) => {
-                    let current = match std::mem::take(&mut original[i]) {
-                        Value::Object(o) => o,
+                    let current = match &original.items()[i] {
+                        Value::Object(o) => o.clone(),
                         _ => Map::new(),
                     };
-                    original[i] = Value::Object(self.merge_map(meta.ty, current, m.clone())?);
+                    let merged = self.merge_map(meta.ty, current, m.clone())?;
+                    original.set(i, Value::Object(merged));
                 }
                 None => original.push(v.clone()),
             }
         }
-        Ok(original)
+        Ok(())
     }
 
     /// `$setElementOrder/<field>`: merges the field's list now and orders it as the directive
@@ -683,12 +707,19 @@ impl Merger<'_> {
                 &order,
                 &meta.merge_key,
             )?;
+            let mut server_view = None;
             let merged = match (&original_list, &patch_list) {
                 (Some(o), None) => o.clone(),
                 (None, Some(p)) => match remove_directives(Value::Array(p.clone())) {
                     Some(Value::Array(a)) => a,
                     _ => continue,
                 },
+                (Some(o), Some(p)) if meta.strategy == MERGE => {
+                    let (merged, view) =
+                        self.merge_slice_aliased(o.clone(), p.clone(), &meta, false)?;
+                    server_view = view;
+                    merged
+                }
                 (Some(o), Some(p)) => {
                     self.merge_slice_handler(o.clone(), p.clone(), &meta, false)?
                 }
@@ -699,7 +730,7 @@ impl Merger<'_> {
             } else {
                 partition_maps(merged, &order, &meta.merge_key)?
             };
-            let original_items = original_list.unwrap_or_default();
+            let original_items = server_view.or(original_list).unwrap_or_default();
             let kind =
                 slice_element_kind(&[&original_items, patch_list.as_deref().unwrap_or_default()])?;
             let both = normalize_element_order(
@@ -748,10 +779,10 @@ fn apply_retain_keys(
 /// `$patch` items of a list of maps: `delete` removes the original items with that key,
 /// `replace` makes the patch's other items the whole list.
 fn merge_special_elements(
-    mut original: Vec<Value>,
+    original: &mut AliasedList,
     patch: Vec<Value>,
     merge_key: &str,
-) -> Result<(Vec<Value>, Vec<Value>), SmpError> {
+) -> Result<Vec<Value>, SmpError> {
     let mut rest = Vec::new();
     let mut replace = false;
     for v in patch {
@@ -767,7 +798,9 @@ fn merge_special_elements(
                 let Some(key) = m.get(merge_key) else {
                     return Err(no_merge_key(m, merge_key));
                 };
-                original.retain(|o| o.as_object().and_then(|o| o.get(merge_key)) != Some(key));
+                while let Some(i) = find_map_by_key(original.items(), merge_key, key)? {
+                    original.remove(i);
+                }
             }
             Some(REPLACE) => replace = true,
             Some(MERGE) => {
@@ -785,9 +818,93 @@ fn merge_special_elements(
         }
     }
     if replace {
-        return Ok((rest, Vec::new()));
+        original.replace(rest);
+        return Ok(Vec::new());
     }
-    Ok((original, rest))
+    Ok(rest)
+}
+
+/// A list as a Go slice over its original backing array (no spare capacity): removals shift
+/// items left within the array, appends fill the freed places until it is full, then move
+/// the list elsewhere. `view` is what a holder of the original slice sees.
+struct AliasedList {
+    backing: Vec<Value>,
+    len: usize,
+    /// Set once the list no longer shares the original array.
+    moved: Option<Vec<Value>>,
+}
+
+impl AliasedList {
+    fn new(items: Vec<Value>) -> Self {
+        AliasedList {
+            len: items.len(),
+            backing: items,
+            moved: None,
+        }
+    }
+
+    fn items(&self) -> &[Value] {
+        match &self.moved {
+            Some(m) => m,
+            None => &self.backing[..self.len],
+        }
+    }
+
+    fn set(&mut self, i: usize, v: Value) {
+        match &mut self.moved {
+            Some(m) => m[i] = v,
+            None => self.backing[i] = v,
+        }
+    }
+
+    fn remove(&mut self, i: usize) {
+        match &mut self.moved {
+            Some(m) => {
+                m.remove(i);
+            }
+            None => {
+                for j in i..self.len - 1 {
+                    self.backing[j] = self.backing[j + 1].clone();
+                }
+                self.len -= 1;
+            }
+        }
+    }
+
+    fn push(&mut self, v: Value) {
+        match &mut self.moved {
+            Some(m) => m.push(v),
+            None if self.len < self.backing.len() => {
+                self.backing[self.len] = v;
+                self.len += 1;
+            }
+            None => {
+                let mut m = self.backing[..self.len].to_vec();
+                m.push(v);
+                self.moved = Some(m);
+            }
+        }
+    }
+
+    /// The whole list becomes `items` (a new slice; the original array stays as it is).
+    fn replace(&mut self, items: Vec<Value>) {
+        self.moved = Some(items);
+    }
+
+    fn view(&self) -> Vec<Value> {
+        self.backing.clone()
+    }
+
+    fn into_items(self) -> Vec<Value> {
+        match self.moved {
+            Some(m) => m,
+            None => {
+                let mut b = self.backing;
+                b.truncate(self.len);
+                b
+            }
+        }
+    }
 }
 
 #[cfg(test)]
