@@ -180,6 +180,120 @@ impl Schema {
         Schema::from_definitions(&defs, "__root")
     }
 
+    /// A schema in structured-merge-diff's own YAML form (`types: [{name, map|list|scalar}]`),
+    /// as its tests write them.
+    #[doc(hidden)]
+    pub fn from_smd(doc: &Value, root: &str) -> Schema {
+        let mut atoms = common_atoms();
+        let mut names: HashMap<String, NodeId> = HashMap::new();
+        names.insert("__untyped_atomic_".into(), UNTYPED);
+        names.insert("__untyped_deduced_".into(), DEDUCED);
+        let types = doc
+            .get("types")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for t in &types {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+            if !names.contains_key(name) {
+                atoms.push(Atom::default());
+                names.insert(name.to_string(), atoms.len() - 1);
+            }
+        }
+        fn relationship(v: Option<&Value>) -> Option<Relationship> {
+            match v.and_then(Value::as_str) {
+                Some("atomic") => Some(Relationship::Atomic),
+                Some("associative") => Some(Relationship::Associative),
+                Some("separable") => Some(Relationship::Separable),
+                _ => None,
+            }
+        }
+        fn type_ref(v: &Value, names: &HashMap<String, NodeId>, atoms: &mut Vec<Atom>) -> TypeRef {
+            let map_relationship = relationship(v.get("elementRelationship"));
+            if let Some(n) = v.get("namedType").and_then(Value::as_str) {
+                return TypeRef {
+                    node: names.get(n).copied().unwrap_or(DEDUCED),
+                    map_relationship,
+                };
+            }
+            let atom = atom(v, names, atoms);
+            atoms.push(atom);
+            TypeRef {
+                node: atoms.len() - 1,
+                map_relationship,
+            }
+        }
+        fn atom(v: &Value, names: &HashMap<String, NodeId>, atoms: &mut Vec<Atom>) -> Atom {
+            let mut a = Atom {
+                scalar: v.get("scalar").is_some(),
+                ..Default::default()
+            };
+            if let Some(l) = v.get("list") {
+                a.list = Some(ListType {
+                    elem: l
+                        .get("elementType")
+                        .map(|e| type_ref(e, names, atoms))
+                        .unwrap_or(TypeRef::of(UNTYPED)),
+                    relationship: relationship(l.get("elementRelationship"))
+                        .unwrap_or(Relationship::Atomic),
+                    keys: l
+                        .get("keys")
+                        .and_then(Value::as_array)
+                        .map(|k| {
+                            k.iter()
+                                .filter_map(|k| k.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                });
+            }
+            if let Some(m) = v.get("map") {
+                let mut fields = BTreeMap::new();
+                for f in m
+                    .get("fields")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
+                    let ty = f
+                        .get("type")
+                        .map(|t| type_ref(t, names, atoms))
+                        .unwrap_or(TypeRef::of(DEDUCED));
+                    fields.insert(
+                        name.to_string(),
+                        Field {
+                            ty,
+                            default: f.get("default").cloned(),
+                            patch_strategies: Vec::new(),
+                            merge_key: None,
+                        },
+                    );
+                }
+                a.map = Some(MapType {
+                    fields,
+                    elem: m.get("elementType").map(|e| type_ref(e, names, atoms)),
+                    relationship: relationship(m.get("elementRelationship"))
+                        .unwrap_or(Relationship::Separable),
+                });
+            }
+            a
+        }
+        for t in &types {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+            if name == "__untyped_atomic_" || name == "__untyped_deduced_" {
+                continue;
+            }
+            let mut a = atom(t, &names, &mut atoms);
+            a.name = Some(name.to_string());
+            atoms[names[name]] = a;
+        }
+        Schema {
+            root: TypeRef::of(names.get(root).copied().unwrap_or(DEDUCED)),
+            atoms,
+        }
+    }
+
     pub fn root(&self) -> TypeRef {
         self.root
     }
