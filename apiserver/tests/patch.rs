@@ -715,3 +715,111 @@ async fn apply_to_the_status_subresource() {
     assert_eq!(e["subresource"], "status");
     assert_eq!(e["fieldsV1"], json!({"f:status": {"f:replicas": {}}}));
 }
+
+#[tokio::test]
+async fn apply_to_custom_resources_uses_the_crd_schema() {
+    let s = server().await;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "size": {"type": "integer"},
+                        "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                            "x-kubernetes-list-map-keys": ["name"],
+                            "items": {"type": "object", "required": ["name"], "properties": {
+                                "name": {"type": "string"}, "port": {"type": "integer"}}}},
+                        "tags": {"type": "array", "x-kubernetes-list-type": "set",
+                            "items": {"type": "string"}},
+                        "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    }},
+                }}}}],
+        },
+    });
+    let r = s
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            crd,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    let item = "/apis/example.com/v1/namespaces/default/widgets/w";
+    let mut served = false;
+    for _ in 0..50 {
+        if s.get("/apis/example.com/v1").await.status == StatusCode::OK {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(served, "the CRD is served");
+    let widget = |ports: &str, tags: &str| {
+        format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w}}\nspec:\n  size: 1\n  ports: {ports}\n  tags: {tags}\n  extra: {{free: {{form: 1}}}}\n"
+        )
+    };
+    let r = apply(
+        &s,
+        item,
+        "fieldManager=a",
+        &widget("[{name: http, port: 80}]", "[x]"),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CREATED,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let v = r.json();
+    assert_eq!(
+        entry(&v, "a", "Apply").unwrap()["fieldsV1"],
+        json!({"f:spec": {
+            "f:size": {},
+            "f:ports": {"k:{\"name\":\"http\"}": {".": {}, "f:name": {}, "f:port": {}}},
+            "f:tags": {"v:\"x\"": {}},
+            // Keys a schema does not declare are members themselves, as upstream.
+            "f:extra": {"f:free": {".": {}, "f:form": {}}},
+        }})
+    );
+    // Another manager adds a port and a tag: keyed items merge, sets union.
+    let r = apply(
+        &s,
+        item,
+        "fieldManager=b",
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec:\n  ports: [{name: https, port: 443}]\n  tags: [y]\n",
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let v = r.json();
+    assert_eq!(
+        v["spec"]["ports"],
+        json!([{"name": "http", "port": 80}, {"name": "https", "port": 443}])
+    );
+    assert_eq!(v["spec"]["tags"], json!(["x", "y"]));
+    // A field the schema does not declare is refused, as upstream does.
+    let r = apply(
+        &s,
+        item,
+        "fieldManager=a",
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec: {bogus: 1}\n",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        r.json()["message"],
+        "failed to create typed patch object (/w; example.com/v1, Kind=Widget): .spec.bogus: field not declared in schema"
+    );
+    // Strategic merge patch is not served for custom resources.
+    let r = s.patch(item, SMP, json!({"spec": {"size": 2}})).await;
+    assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+}

@@ -153,7 +153,15 @@ struct Teardown(std::path::PathBuf);
 impl Drop for Teardown {
     fn drop(&mut self) {
         let _ = Command::new(env!("CARGO_BIN_EXE_minik8s"))
-            .args(["teardown", "--data-dir", &self.0.to_string_lossy(), "--bridge", BRIDGE, "--cgroup-root", CGROUP_ROOT])
+            .args([
+                "teardown",
+                "--data-dir",
+                &self.0.to_string_lossy(),
+                "--bridge",
+                BRIDGE,
+                "--cgroup-root",
+                CGROUP_ROOT,
+            ])
             .stderr(Stdio::null())
             .status();
         cleanup_host();

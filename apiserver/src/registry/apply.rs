@@ -6,13 +6,16 @@ use minik8s_api::strategy::Strategy;
 use super::generic::{GenericRegistry, Part, Track};
 
 impl<S: Strategy> GenericRegistry<S> {
+    /// The applied object, pruned of fields its schema does not keep.
     fn decode_applied(&self, value: serde_json::Value) -> Result<S::Object, ApiError> {
-        serde_json::from_value(value).map_err(|e| {
+        let mut obj = serde_json::from_value(value).map_err(|e| {
             ApiError::bad_request(format!(
                 "the patched object is not a valid {}: {e}",
                 self.strategy.info().kind
             ))
-        })
+        })?;
+        self.strategy.prune(&mut obj);
+        Ok(obj)
     }
 
     /// Server-side apply: `apply` turns the stored object's JSON (`None` when there is none)
