@@ -116,8 +116,8 @@ enum Outcome {
 
 /// What woke the loop.
 enum Step {
-    Pod(watcher::Event<Pod>),
-    Node(watcher::Event<Node>),
+    Pod(Box<watcher::Event<Pod>>),
+    Node(Box<watcher::Event<Node>>),
     WatchError(watcher::Error),
     TaskDone(Outcome),
     BackoffExpired,
@@ -180,12 +180,12 @@ impl Scheduler {
             let can_schedule = self.pods_synced && self.nodes_synced && self.queue.has_active();
             let step = tokio::select! {
                 ev = pods.next() => match ev {
-                    Some(Ok(ev)) => Step::Pod(ev),
+                    Some(Ok(ev)) => Step::Pod(Box::new(ev)),
                     Some(Err(e)) => Step::WatchError(e),
                     None => Step::Stop,
                 },
                 ev = nodes.next() => match ev {
-                    Some(Ok(ev)) => Step::Node(ev),
+                    Some(Ok(ev)) => Step::Node(Box::new(ev)),
                     Some(Err(e)) => Step::WatchError(e),
                     None => Step::Stop,
                 },
@@ -203,8 +203,8 @@ impl Scheduler {
             };
             let now = Instant::now();
             match step {
-                Step::Pod(ev) => self.on_pod_event(ev, now),
-                Step::Node(ev) => self.on_node_event(ev, now),
+                Step::Pod(ev) => self.on_pod_event(*ev, now),
+                Step::Node(ev) => self.on_node_event(*ev, now),
                 Step::WatchError(e) => tracing::warn!(error = %e, "watch failed; retrying"),
                 Step::TaskDone(outcome) => self.on_outcome(outcome, now),
                 Step::BackoffExpired => self.queue.flush_backoff(now),
