@@ -418,3 +418,44 @@ async fn a_burst_of_pods_fills_hollow_nodes_within_capacity() -> anyhow::Result<
     expect_unschedulable(&client, &pending, message).await;
     Ok(())
 }
+
+/// A figure, not a check: run with `--ignored --nocapture` to see how long 1,000 pods take to
+/// be bound on 50 hollow nodes.
+#[tokio::test]
+#[ignore = "measures a burst of 1,000 pods; run by hand"]
+async fn a_thousand_pods_burst() -> anyhow::Result<()> {
+    let api = InProcess::start(Backend::Sqlite).await?;
+    let client = api.client();
+    let config = HollowConfig {
+        count: 50,
+        ..Default::default()
+    };
+    let _nodes = start_nodes(&client, config).await;
+    let _scheduler = start_scheduler(&client, ScoringStrategy::LeastAllocated);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let started = std::time::Instant::now();
+    let creates = (0..1000).map(|i| {
+        let pods = pods.clone();
+        async move {
+            pods.create(
+                &PostParams::default(),
+                &pod(&format!("k-{i}"), with_cpu("100m")),
+            )
+            .await
+        }
+    });
+    for r in futures::future::join_all(creates).await {
+        r?;
+    }
+    let created = started.elapsed();
+    eventually(Duration::from_secs(300), "1000 pods bound", || async {
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        (list.items.iter().filter_map(node_of).count() == 1000).then_some(())
+    })
+    .await;
+    eprintln!(
+        "1000 pods: created in {created:?}, all bound {:?} after the first create",
+        started.elapsed()
+    );
+    Ok(())
+}
