@@ -6,4 +6,5 @@
 pub mod hollow;
 pub mod leader;
 pub mod manager;
+pub mod scheduler;
 pub mod util;
