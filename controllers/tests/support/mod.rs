@@ -69,13 +69,12 @@ async fn bind(pod: Arc<Pod>, b: Arc<Binder>) -> Result<Action, kube::Error> {
             ..Default::default()
         },
     };
-    let body = serde_json::to_vec(&binding).expect("binding");
     match api
-        .create_subresource::<serde_json::Value>(
+        .create_subresource::<_, serde_json::Value>(
             "binding",
             &pod.name_any(),
             &PostParams::default(),
-            body,
+            &binding,
         )
         .await
     {
