@@ -752,7 +752,7 @@ mod tests {
             "h",
         );
         assert_eq!(should_run(&affinity, &plain), (false, false));
-        assert_eq!(should_run(&affinity, &tainted).1, true);
+        assert!(should_run(&affinity, &tainted).1);
         let tolerant = template_pod(
             &ds(serde_json::json!({"tolerations": [{"key": "gpu", "operator": "Exists"}]})),
             "h",
