@@ -296,3 +296,37 @@ async fn jobs_past_their_deadline_fail() -> anyhow::Result<()> {
     .await;
     Ok(())
 }
+
+#[tokio::test]
+async fn pods_of_a_deleted_job_lose_the_tracking_finalizer() -> anyhow::Result<()> {
+    let c = cluster().await?;
+    let jobs: Api<Job> = Api::namespaced(c.client.clone(), "default");
+    jobs.create(
+        &PostParams::default(),
+        &job(
+            "gone",
+            serde_json::json!({"parallelism": 2, "completions": 2}),
+            serde_json::json!({"hollow.minik8s.io/exit-code": "0", "hollow.minik8s.io/run-seconds": "3600"}),
+        ),
+    )
+    .await?;
+    eventually(WAIT, "two running pods with the finalizer", || async {
+        let pods = job_pods(&c.client, "gone").await;
+        let tracked = pods
+            .iter()
+            .filter(|p| p.finalizers().iter().any(|f| f == TRACKING_FINALIZER))
+            .count();
+        (tracked == 2).then_some(())
+    })
+    .await;
+    jobs.delete("gone", &Default::default()).await?;
+    eventually(WAIT, "the finalizers removed", || async {
+        let pods = job_pods(&c.client, "gone").await;
+        let released = pods
+            .iter()
+            .all(|p| !p.finalizers().iter().any(|f| f == TRACKING_FINALIZER));
+        (pods.len() == 2 && released).then_some(())
+    })
+    .await;
+    Ok(())
+}
