@@ -330,3 +330,34 @@ async fn pods_of_a_deleted_job_lose_the_tracking_finalizer() -> anyhow::Result<(
     .await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_fail_job_rule_fails_the_job_at_the_first_match() -> anyhow::Result<()> {
+    let c = cluster().await?;
+    let jobs: Api<Job> = Api::namespaced(c.client.clone(), "default");
+    jobs.create(
+        &PostParams::default(),
+        &job(
+            "policy",
+            serde_json::json!({"backoffLimit": 6, "podFailurePolicy": {"rules": [
+                {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}},
+            ]}}),
+            serde_json::json!({"hollow.minik8s.io/exit-code": "42"}),
+        ),
+    )
+    .await?;
+    let status = wait_condition(&jobs, "policy", "Failed").await;
+    assert_eq!(condition(&status, "Failed"), Some("PodFailurePolicy"));
+    assert_eq!(status.failed, Some(1));
+    let pods = job_pods(&c.client, "policy").await;
+    assert_eq!(pods.len(), 1);
+    let message = status
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Failed")
+        .and_then(|c| c.message)
+        .unwrap();
+    assert!(message.contains("failed with exit code 42 matching FailJob rule at index 0"));
+    Ok(())
+}

@@ -12,6 +12,7 @@
 //! once no pod is still running or terminating, `Complete` or `Failed`.
 
 mod indexed;
+mod pod_failure_policy;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -40,6 +41,7 @@ use crate::util::pods::{
 use crate::util::runtime;
 
 pub use indexed::COMPLETION_INDEX;
+use pod_failure_policy::Verdict;
 
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 const REPORTER: &str = "job-controller";
@@ -411,7 +413,13 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             }
             to_release.push(pod.clone());
         } else if is_failed(pod, replace_only_failed) {
-            let counts = !indexed || indexed::pod_index(pod).is_some_and(in_range);
+            let ignored = spec.pod_failure_policy.as_ref().is_some_and(|policy| {
+                matches!(
+                    pod_failure_policy::matching(policy, pod),
+                    Some((Verdict::Ignore, _))
+                )
+            });
+            let counts = !ignored && (!indexed || indexed::pod_index(pod).is_some_and(in_range));
             if counts && !unc_failed.contains(&uid) {
                 unc_failed.push(uid);
                 new_failures += 1;
@@ -480,7 +488,22 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         _ => None,
     };
     let mut requeue: Option<Duration> = None;
+    let fail_job = spec.pod_failure_policy.as_ref().and_then(|policy| {
+        pods.iter()
+            .filter(|p| phase(p) == "Failed" && has_finalizer(p))
+            .find_map(|p| match pod_failure_policy::matching(policy, p) {
+                Some((Verdict::FailJob, message)) => Some(message),
+                _ => None,
+            })
+    });
     let target = existing_target.or_else(|| {
+        if let Some(message) = fail_job {
+            return Some(Target {
+                success: false,
+                reason: "PodFailurePolicy".into(),
+                message,
+            });
+        }
         if failed > backoff_limit {
             return Some(Target {
                 success: false,
