@@ -48,7 +48,14 @@ impl ControllerManagerOptions {
 type Starter = fn(Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn controllers() -> Vec<(&'static str, Starter)> {
-    vec![]
+    vec![
+        ("job", |c| Box::pin(crate::job::run(c))),
+        ("cronjob", |c| Box::pin(crate::cronjob::run(c))),
+        ("daemonset", |c| Box::pin(crate::daemonset::run(c))),
+        ("ttl-after-finished", |c| {
+            Box::pin(crate::ttl_after_finished::run(c))
+        }),
+    ]
 }
 
 /// Runs the enabled controllers until they are dropped.
