@@ -3,7 +3,10 @@
 //! API (watch, reflector cache, reconcile by key, requeue with backoff), so they prove the API
 //! works for third-party controllers too.
 
+pub mod garbagecollector;
 pub mod hollow;
 pub mod leader;
 pub mod manager;
+pub mod namespace;
+pub mod serviceaccount;
 pub mod util;

@@ -48,7 +48,15 @@ impl ControllerManagerOptions {
 type Starter = fn(Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn controllers() -> Vec<(&'static str, Starter)> {
-    vec![]
+    vec![
+        ("garbagecollector", |c| {
+            Box::pin(crate::garbagecollector::run(c))
+        }),
+        ("namespace", |c| Box::pin(crate::namespace::run(c))),
+        ("serviceaccount", |c| {
+            Box::pin(crate::serviceaccount::run(c))
+        }),
+    ]
 }
 
 /// Runs the enabled controllers until they are dropped.

@@ -1038,11 +1038,8 @@ impl<S: Strategy> GenericRegistry<S> {
             let gc_policy = self.strategy.gc_policy();
             if !graceful_pending && gc_policy != GcPolicy::Unsupported {
                 let existing = meta.finalizers.as_deref().unwrap_or_default();
-                let (orphan, foreground) = propagation_finalizers(
-                    opts.propagation_policy.as_deref(),
-                    existing,
-                    gc_policy,
-                );
+                let (orphan, foreground) =
+                    propagation_finalizers(opts.propagation_policy.as_deref(), existing, gc_policy);
                 let finalizers = self
                     .strategy
                     .meta_mut(&mut new)
@@ -1461,4 +1458,35 @@ fn after_seconds(now: &Time, seconds: i64) -> Time {
             .checked_add(jiff::SignedDuration::from_secs(seconds))
             .unwrap_or(now.0),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GcPolicy, propagation_finalizers};
+
+    #[test]
+    fn propagation_finalizers_follow_request_then_object_then_kind() {
+        let none: &[String] = &[];
+        let orphan = ["orphan".to_string()];
+        let fg = ["foregroundDeletion".to_string()];
+        let default = GcPolicy::DeleteDependents;
+        assert_eq!(propagation_finalizers(None, none, default), (false, false));
+        assert_eq!(
+            propagation_finalizers(Some("Orphan"), &fg, default),
+            (true, false)
+        );
+        assert_eq!(
+            propagation_finalizers(Some("Background"), &orphan, default),
+            (false, false)
+        );
+        assert_eq!(propagation_finalizers(None, &fg, default), (false, true));
+        assert_eq!(
+            propagation_finalizers(None, none, GcPolicy::OrphanDependents),
+            (true, false)
+        );
+        assert_eq!(
+            propagation_finalizers(Some("Foreground"), none, GcPolicy::OrphanDependents),
+            (false, true)
+        );
+    }
 }
