@@ -116,6 +116,12 @@ fn resource_key(ar: &ApiResource) -> ResourceKey {
     format!("{}/{}", ar.api_version, ar.plural)
 }
 
+#[derive(Clone, Copy, Debug)]
+enum Job {
+    Delete,
+    Orphan,
+}
+
 struct Collector {
     client: Client,
     graph: Mutex<Graph>,
@@ -145,10 +151,10 @@ pub async fn run(client: Client) {
     tasks.spawn(gc.clone().build_graph(rx));
     tasks.spawn(gc.clone().discover_and_watch(tx));
     for _ in 0..DELETE_WORKERS {
-        tasks.spawn(gc.clone().delete_worker());
+        tasks.spawn(gc.clone().worker(Job::Delete));
     }
     for _ in 0..ORPHAN_WORKERS {
-        tasks.spawn(gc.clone().orphan_worker());
+        tasks.spawn(gc.clone().worker(Job::Orphan));
     }
     while tasks.join_next().await.is_some() {}
 }
@@ -255,35 +261,32 @@ impl Collector {
         }
     }
 
-    async fn delete_worker(self: Arc<Self>) {
+    async fn worker(self: Arc<Self>, job: Job) {
         self.ready.subscribe().wait_for(|r| *r).await.ok();
+        let queue = match job {
+            Job::Delete => &self.attempt_to_delete,
+            Job::Orphan => &self.attempt_to_orphan,
+        };
         loop {
-            let uid = self.attempt_to_delete.get().await;
-            let span = tracing::info_span!("attempt_to_delete", uid = %uid);
-            match self.attempt_to_delete_item(&uid).instrument(span).await {
-                Ok(()) => self.attempt_to_delete.forget(&uid),
+            let uid = queue.get().await;
+            let result = match job {
+                Job::Delete => {
+                    let span = tracing::info_span!("attempt_to_delete", uid = %uid);
+                    self.attempt_to_delete_item(&uid).instrument(span).await
+                }
+                Job::Orphan => {
+                    let span = tracing::info_span!("attempt_to_orphan", uid = %uid);
+                    self.orphan_dependents(&uid).instrument(span).await
+                }
+            };
+            match result {
+                Ok(()) => queue.forget(&uid),
                 Err(e) => {
-                    tracing::info!(uid = %uid, error = %e, "retrying garbage collection");
-                    self.attempt_to_delete.add_rate_limited(&uid);
+                    tracing::info!(uid = %uid, ?job, error = %e, "retrying");
+                    queue.add_rate_limited(&uid);
                 }
             }
-            self.attempt_to_delete.done(&uid);
-        }
-    }
-
-    async fn orphan_worker(self: Arc<Self>) {
-        self.ready.subscribe().wait_for(|r| *r).await.ok();
-        loop {
-            let uid = self.attempt_to_orphan.get().await;
-            let span = tracing::info_span!("attempt_to_orphan", uid = %uid);
-            match self.orphan_dependents(&uid).instrument(span).await {
-                Ok(()) => self.attempt_to_orphan.forget(&uid),
-                Err(e) => {
-                    tracing::info!(uid = %uid, error = %e, "retrying orphaning");
-                    self.attempt_to_orphan.add_rate_limited(&uid);
-                }
-            }
-            self.attempt_to_orphan.done(&uid);
+            queue.done(&uid);
         }
     }
 
