@@ -23,6 +23,16 @@ pub struct ScaleView {
     pub selector: Option<String>,
 }
 
+/// Upstream's `rest.GarbageCollectionPolicy`: what a delete that names no propagation policy
+/// does to dependents, or that the kind takes no part in garbage collection at all (its
+/// deletes never get the `orphan` or `foregroundDeletion` finalizer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcPolicy {
+    DeleteDependents,
+    OrphanDependents,
+    Unsupported,
+}
+
 /// A built-in kind's behaviour, implemented on its k8s-openapi type.
 pub trait Kind:
     k8s_openapi::Resource
@@ -43,8 +53,8 @@ pub trait Kind:
     const CREATE_ON_UPDATE: bool = false;
     /// Whether PUT without a resourceVersion overwrites (last write wins) instead of failing.
     const UNCONDITIONAL_UPDATE: bool = true;
-    /// Whether a delete without a propagation policy orphans dependents (batch/v1 Jobs).
-    const ORPHAN_BY_DEFAULT: bool = false;
+    /// The kind's `DefaultGarbageCollectionPolicy` (batch/v1 Jobs orphan, Events opt out).
+    const GC_POLICY: GcPolicy = GcPolicy::DeleteDependents;
 
     /// Upstream's defaulting functions; run on create and update.
     fn default_fields(&mut self) {}
@@ -120,7 +130,7 @@ pub trait Strategy: Send + Sync + 'static {
     fn allow_create_on_update(&self) -> bool;
     fn default_grace_period(&self, obj: &Self::Object) -> Option<i64>;
     fn allow_unconditional_update(&self) -> bool;
-    fn orphan_by_default(&self) -> bool;
+    fn gc_policy(&self) -> GcPolicy;
     fn begin_delete(&self, obj: &mut Self::Object) -> bool;
     fn finalized(&self, obj: &Self::Object) -> bool;
     fn deletion_forbidden(&self, obj: &Self::Object) -> Option<&'static str>;
@@ -216,8 +226,8 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     fn allow_unconditional_update(&self) -> bool {
         K::UNCONDITIONAL_UPDATE
     }
-    fn orphan_by_default(&self) -> bool {
-        K::ORPHAN_BY_DEFAULT
+    fn gc_policy(&self) -> GcPolicy {
+        K::GC_POLICY
     }
     fn begin_delete(&self, obj: &mut K) -> bool {
         obj.begin_delete()

@@ -713,6 +713,12 @@ async fn deletes_finalizers_and_grace() {
         .await
         .json();
     assert_eq!(o["metadata"]["finalizers"], json!(["orphan"]));
+    // A later delete with another policy swaps the propagation finalizer.
+    let f = s
+        .delete(&format!("{CMS}/o?propagationPolicy=Foreground"))
+        .await
+        .json();
+    assert_eq!(f["metadata"]["finalizers"], json!(["foregroundDeletion"]));
     assert_eq!(
         s.delete(&format!("{CMS}/o?propagationPolicy=Sometimes"))
             .await

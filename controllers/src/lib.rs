@@ -5,10 +5,13 @@
 
 pub mod cronjob;
 pub mod daemonset;
+pub mod garbagecollector;
 pub mod hollow;
 pub mod job;
 pub mod leader;
 pub mod manager;
+pub mod namespace;
 pub mod scheduler;
+pub mod serviceaccount;
 pub mod ttl_after_finished;
 pub mod util;

@@ -55,6 +55,13 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         ("ttl-after-finished", |c| {
             Box::pin(crate::ttl_after_finished::run(c))
         }),
+        ("garbagecollector", |c| {
+            Box::pin(crate::garbagecollector::run(c))
+        }),
+        ("namespace", |c| Box::pin(crate::namespace::run(c))),
+        ("serviceaccount", |c| {
+            Box::pin(crate::serviceaccount::run(c))
+        }),
     ]
 }
 

@@ -446,8 +446,8 @@ impl Strategy for CustomStrategy {
     fn allow_unconditional_update(&self) -> bool {
         false
     }
-    fn orphan_by_default(&self) -> bool {
-        false
+    fn gc_policy(&self) -> crate::strategy::GcPolicy {
+        crate::strategy::GcPolicy::DeleteDependents
     }
     fn begin_delete(&self, _obj: &mut CustomObject) -> bool {
         false

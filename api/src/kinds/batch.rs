@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use crate::kinds::pod::{default_template, validate_template};
 use crate::selector::Selector;
 use crate::spec_and_status;
-use crate::strategy::Kind;
+use crate::strategy::{GcPolicy, Kind};
 use crate::validation::{Errors, FieldError, Path, immutable};
 
 const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
@@ -17,7 +17,7 @@ const JOB_NAME: &str = "batch.kubernetes.io/job-name";
 
 impl Kind for Job {
     const FIELDS: &'static [&'static str] = &["status.successful"];
-    const ORPHAN_BY_DEFAULT: bool = true;
+    const GC_POLICY: GcPolicy = GcPolicy::OrphanDependents;
 
     spec_and_status!(generation);
 

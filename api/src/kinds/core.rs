@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::kinds::pod::is_port_name;
 use crate::spec_and_status;
-use crate::strategy::Kind;
+use crate::strategy::{GcPolicy, Kind};
 use crate::validation::{Errors, FieldError, Path, dns1123_subdomain, immutable, qualified_name};
 
 impl Kind for Namespace {
@@ -570,6 +570,7 @@ impl Kind for Event {
         "type",
     ];
     const CREATE_ON_UPDATE: bool = true;
+    const GC_POLICY: GcPolicy = GcPolicy::Unsupported;
 
     fn validate(&self, errs: &mut Errors) {
         if self.event_time.is_none() {

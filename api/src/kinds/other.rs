@@ -18,7 +18,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 
 use crate::spec_and_status;
-use crate::strategy::Kind;
+use crate::strategy::{GcPolicy, Kind};
 use crate::validation::{
     Errors, FieldError, Path, dns1035_label, dns1123_subdomain, immutable, path_segment_name,
     qualified_name,
@@ -697,6 +697,8 @@ impl Kind for ClusterRoleBinding {
 }
 
 impl Kind for EventV1 {
+    const GC_POLICY: GcPolicy = GcPolicy::Unsupported;
+
     fn from_storage(bytes: &[u8]) -> Result<Self, String> {
         let core: k8s_openapi::api::core::v1::Event =
             serde_json::from_slice(bytes).map_err(|e| e.to_string())?;

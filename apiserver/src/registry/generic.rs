@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Preconditions, Time};
 use minik8s_api::selector::{FieldSelector, Selector};
-use minik8s_api::strategy::Strategy;
+use minik8s_api::strategy::{GcPolicy, Strategy};
 use minik8s_api::validation::{
     FieldError, Path, validate_object_meta, validate_object_meta_update,
 };
@@ -1032,50 +1032,40 @@ impl<S: Strategy> GenericRegistry<S> {
             }
             let pending = meta.deletion_timestamp.is_some();
             let mut new = current.clone();
-            // Propagation finalizers are settled on the first delete only.
-            if !pending {
-                let policy = opts.propagation_policy.as_deref().or_else(|| {
-                    let f = meta.finalizers.as_deref().unwrap_or_default();
-                    if f.iter().any(|f| f == "orphan") {
-                        Some("Orphan")
-                    } else if f.iter().any(|f| f == "foregroundDeletion") {
-                        Some("Foreground")
-                    } else if self.strategy.orphan_by_default() {
-                        Some("Orphan")
-                    } else {
-                        None
-                    }
-                });
+            // The propagation finalizers follow the request (upstream's
+            // deletionFinalizersForGarbageCollection), until a graceful deletion is pending.
+            let graceful_pending = pending && meta.deletion_grace_period_seconds.unwrap_or(0) > 0;
+            let gc_policy = self.strategy.gc_policy();
+            if !graceful_pending && gc_policy != GcPolicy::Unsupported {
+                let existing = meta.finalizers.as_deref().unwrap_or_default();
+                let (orphan, foreground) =
+                    propagation_finalizers(opts.propagation_policy.as_deref(), existing, gc_policy);
                 let finalizers = self
                     .strategy
                     .meta_mut(&mut new)
                     .finalizers
                     .get_or_insert_with(Vec::new);
-                let mut set = |name: &str, on: bool| {
-                    let has = finalizers.iter().any(|f| f == name);
-                    if on && !has {
-                        finalizers.push(name.to_string());
-                    } else if !on && has {
-                        finalizers.retain(|f| f != name);
-                    }
-                };
-                match policy {
-                    Some("Orphan") => {
-                        set("orphan", true);
-                        set("foregroundDeletion", false);
-                    }
-                    Some("Foreground") => {
-                        set("foregroundDeletion", true);
-                        set("orphan", false);
-                    }
-                    Some("Background") => {
-                        set("orphan", false);
-                        set("foregroundDeletion", false);
-                    }
-                    _ => {}
+                finalizers.retain(|f| f != ORPHAN_FINALIZER && f != FOREGROUND_FINALIZER);
+                if orphan {
+                    finalizers.push(ORPHAN_FINALIZER.into());
+                }
+                if foreground {
+                    finalizers.push(FOREGROUND_FINALIZER.into());
                 }
                 if finalizers.is_empty() {
                     self.strategy.meta_mut(&mut new).finalizers = None;
+                }
+                let before: std::collections::BTreeSet<&String> = existing.iter().collect();
+                let after: std::collections::BTreeSet<&String> = self
+                    .strategy
+                    .meta(&new)
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .collect();
+                if before == after {
+                    // Unchanged as a set: keep the stored order.
+                    self.strategy.meta_mut(&mut new).finalizers = meta.finalizers.clone();
                 }
             }
             let grace = match self.strategy.default_grace_period(&current) {
@@ -1111,6 +1101,9 @@ impl<S: Strategy> GenericRegistry<S> {
                     && self.strategy.finalized(&new)
                 {
                     Action::Remove
+                } else if self.strategy.meta(&new).finalizers != meta.finalizers {
+                    // A later delete changed the propagation finalizers.
+                    Action::Update
                 } else {
                     Action::Keep
                 }
@@ -1432,10 +1425,68 @@ enum Action {
     Remove,
 }
 
+const ORPHAN_FINALIZER: &str = "orphan";
+const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// Whether a delete leaves the `orphan` and the `foregroundDeletion` finalizer on the object
+/// (upstream's shouldOrphanDependents and shouldDeleteDependents): the request's policy
+/// first, then the finalizers already there, then the kind's default.
+fn propagation_finalizers(
+    policy: Option<&str>,
+    existing: &[String],
+    default: GcPolicy,
+) -> (bool, bool) {
+    match policy {
+        Some("Orphan") => return (true, false),
+        Some("Foreground") => return (false, true),
+        Some("Background") => return (false, false),
+        _ => {}
+    }
+    for f in existing {
+        match f.as_str() {
+            ORPHAN_FINALIZER => return (true, false),
+            FOREGROUND_FINALIZER => return (false, true),
+            _ => {}
+        }
+    }
+    (default == GcPolicy::OrphanDependents, false)
+}
+
 fn after_seconds(now: &Time, seconds: i64) -> Time {
     Time(
         now.0
             .checked_add(jiff::SignedDuration::from_secs(seconds))
             .unwrap_or(now.0),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GcPolicy, propagation_finalizers};
+
+    #[test]
+    fn propagation_finalizers_follow_request_then_object_then_kind() {
+        let none: &[String] = &[];
+        let orphan = ["orphan".to_string()];
+        let fg = ["foregroundDeletion".to_string()];
+        let default = GcPolicy::DeleteDependents;
+        assert_eq!(propagation_finalizers(None, none, default), (false, false));
+        assert_eq!(
+            propagation_finalizers(Some("Orphan"), &fg, default),
+            (true, false)
+        );
+        assert_eq!(
+            propagation_finalizers(Some("Background"), &orphan, default),
+            (false, false)
+        );
+        assert_eq!(propagation_finalizers(None, &fg, default), (false, true));
+        assert_eq!(
+            propagation_finalizers(None, none, GcPolicy::OrphanDependents),
+            (true, false)
+        );
+        assert_eq!(
+            propagation_finalizers(Some("Foreground"), none, GcPolicy::OrphanDependents),
+            (false, true)
+        );
+    }
 }
