@@ -196,6 +196,36 @@ async fn pods_spread_over_nodes_under_the_leader_lease() -> anyhow::Result<()> {
     .await;
     assert_eq!(node_of(&pods.get("other").await?), None);
 
+    // A gated pod waits until its gates are removed.
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            "gated",
+            serde_json::json!({"schedulingGates": [{"name": "example.com/wait"}]}),
+        ),
+    )
+    .await?;
+    pods.create(
+        &PostParams::default(),
+        &pod("after-gated", serde_json::json!({})),
+    )
+    .await?;
+    eventually(WAIT, "after-gated bound", || async {
+        node_of(&pods.get("after-gated").await.ok()?)
+    })
+    .await;
+    assert_eq!(node_of(&pods.get("gated").await?), None);
+    pods.patch(
+        "gated",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"schedulingGates": null}})),
+    )
+    .await?;
+    eventually(WAIT, "gated bound once ungated", || async {
+        node_of(&pods.get("gated").await.ok()?)
+    })
+    .await;
+
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
     let lease = leases.get("kube-scheduler").await?;
     assert!(

@@ -273,7 +273,17 @@ impl Scheduler {
             // Being bound: an older version of the pod.
             return;
         }
-        if responsible(&pod) && pod.metadata.deletion_timestamp.is_none() && !is_terminal(&pod) {
+        // Pods with scheduling gates wait outside the queue until the gates are removed.
+        let gated = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        if responsible(&pod)
+            && !gated
+            && pod.metadata.deletion_timestamp.is_none()
+            && !is_terminal(&pod)
+        {
             self.queue.add_or_update(Arc::new(pod), now);
         } else {
             self.queue.remove(&uid);
