@@ -29,7 +29,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use tokio::sync::Semaphore;
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -42,8 +42,9 @@ pub use scoring::ScoringStrategy;
 
 /// The name pods give in `spec.schedulerName` and the reporter of this scheduler's events.
 pub const SCHEDULER_NAME: &str = "default-scheduler";
-/// Binds in flight at once (upstream's default `parallelism`).
-const BIND_PARALLELISM: usize = 16;
+/// Binds in flight at once. Upstream binds each pod in a goroutine of its own; a bound keeps
+/// a burst from opening thousands of requests at once.
+const BIND_PARALLELISM: usize = 64;
 /// How often pods left unschedulable for long are looked at (upstream's flush period).
 const LEFTOVER_FLUSH_PERIOD: Duration = Duration::from_secs(30);
 
@@ -272,7 +273,17 @@ impl Scheduler {
             // Being bound: an older version of the pod.
             return;
         }
-        if responsible(&pod) && pod.metadata.deletion_timestamp.is_none() && !is_terminal(&pod) {
+        // Pods with scheduling gates wait outside the queue until the gates are removed.
+        let gated = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        if responsible(&pod)
+            && !gated
+            && pod.metadata.deletion_timestamp.is_none()
+            && !is_terminal(&pod)
+        {
             self.queue.add_or_update(Arc::new(pod), now);
         } else {
             self.queue.remove(&uid);
@@ -359,8 +370,8 @@ impl Scheduler {
                 let binds = self.binds.clone();
                 self.tasks.spawn(
                     async move {
-                        let _permit = binds.acquire_owned().await;
-                        bind(client, recorder, queued, node).await
+                        let permit = binds.acquire_owned().await;
+                        bind(client, recorder, queued, node, permit).await
                     }
                     .instrument(span.clone()),
                 );
@@ -382,8 +393,14 @@ impl Scheduler {
     }
 }
 
-/// Binds through `pods/binding`, then tells the pod's story.
-async fn bind(client: Client, recorder: Recorder, queued: QueuedPod, node: String) -> Outcome {
+/// Binds through `pods/binding` holding `permit`, then tells the pod's story.
+async fn bind(
+    client: Client,
+    recorder: Recorder,
+    queued: QueuedPod,
+    node: String,
+    permit: Result<OwnedSemaphorePermit, AcquireError>,
+) -> Outcome {
     let pod = &queued.pod;
     let namespace = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
@@ -402,15 +419,17 @@ async fn bind(client: Client, recorder: Recorder, queued: QueuedPod, node: Strin
         },
     };
     let api: Api<Pod> = Api::namespaced(client, &namespace);
-    match api
+    let result = api
         .create_subresource::<_, serde_json::Value>(
             "binding",
             &name,
             &PostParams::default(),
             &binding,
         )
-        .await
-    {
+        .await;
+    // The event is not part of the bind: it must not hold up the next one.
+    drop(permit);
+    match result {
         Ok(_) => {
             let event = Event {
                 type_: EventType::Normal,
