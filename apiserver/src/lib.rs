@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod builtin;
 pub mod handlers;
+pub mod kubelet;
 pub mod metrics;
 pub mod pki;
 pub mod protobuf;

@@ -35,6 +35,15 @@ pub struct AgentArgs {
     /// Use this CRI socket instead of starting a private containerd.
     #[arg(long)]
     pub container_runtime_endpoint: Option<PathBuf>,
+    /// The port of the kubelet's HTTPS API (logs, exec, port-forward, stats).
+    #[arg(long, default_value_t = 10250)]
+    pub kubelet_port: u16,
+    /// The address the kubelet's HTTPS API listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub kubelet_address: IpAddr,
+    /// The bridge pods attach to (another name lets a second node share the machine).
+    #[arg(long, default_value = minik8s_kubelet::cni::BRIDGE)]
+    pub bridge: String,
 }
 
 /// The running node: keep it alive as long as the node runs.
@@ -134,12 +143,31 @@ pub async fn start(
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
         kube::Client::try_from(config)?
     };
-    let mut config = minik8s_kubelet::KubeletConfig::new(
-        &name,
-        node_ip(args),
-        data_dir.join("kubelet"),
-        &socket,
-    );
+    let ip = node_ip(args);
+    // The kubelet's serving certificate, for the names the API server and clients use.
+    let hostname = minik8s_apiserver::server::hostname().to_lowercase();
+    let mut dns = vec![name.clone()];
+    if !hostname.is_empty() && hostname != name {
+        dns.push(hostname);
+    }
+    let mut ips = vec![ip, IpAddr::from([127, 0, 0, 1])];
+    ips.dedup();
+    let serving = pki.issue(
+        &format!("system:node:{name}"),
+        &["system:nodes"],
+        &minik8s_apiserver::pki::ServingNames { dns, ips },
+        true,
+    )?;
+    let mut config =
+        minik8s_kubelet::KubeletConfig::new(&name, ip, data_dir.join("kubelet"), &socket);
+    config.port = args.kubelet_port;
+    config.address = args.kubelet_address;
+    config.bridge = args.bridge.clone();
+    config.tls = Some(minik8s_kubelet::config::ServingTls {
+        cert_pem: serving.cert_pem,
+        key_pem: serving.key_pem,
+        client_ca_pem: pki.ca.cert_pem.clone(),
+    });
     config.cni_conf_dir = cni_dir;
     config.pod_cidr = Some(args.pod_cidr.clone());
     config.cluster_dns = args.cluster_dns.clone();
@@ -154,7 +182,7 @@ pub async fn start(
 
 /// Stops every pod of the node and containerd, and removes what they left: containers, the
 /// bridge and its routes, pod cgroups.
-pub async fn teardown(data_dir: &Path) -> anyhow::Result<()> {
+pub async fn teardown(data_dir: &Path, bridge: &str) -> anyhow::Result<()> {
     let dir = data_dir.join("containerd");
     if dir.is_dir() {
         let c = Containerd::start(ContainerdConfig::new(&dir), Duration::from_secs(30))
@@ -168,7 +196,7 @@ pub async fn teardown(data_dir: &Path) -> anyhow::Result<()> {
         c.shutdown().await;
     }
     let _ = std::process::Command::new("ip")
-        .args(["link", "del", minik8s_kubelet::cni::BRIDGE])
+        .args(["link", "del", bridge])
         .status();
     if let Err(e) = minik8s_kubelet::cgroups::remove(Path::new("/sys/fs/cgroup"), "/kubepods") {
         tracing::warn!(error = %e, "removing pod cgroups failed");

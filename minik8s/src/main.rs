@@ -40,6 +40,9 @@ enum Command {
 struct TeardownArgs {
     #[arg(long, env = "MINIK8S_DATA_DIR", default_value = "/var/lib/minik8s")]
     data_dir: PathBuf,
+    /// The bridge the node's pods used.
+    #[arg(long, default_value = minik8s_kubelet::cni::BRIDGE)]
+    bridge: String,
 }
 
 #[derive(Subcommand)]
@@ -305,7 +308,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Server(args) => run_apiserver(args, true).await,
             Command::Apiserver(args) => run_apiserver(args, false).await,
-            Command::Teardown(args) => agent::teardown(&args.data_dir).await,
+            Command::Teardown(args) => agent::teardown(&args.data_dir, &args.bridge).await,
             Command::Image(ImageCommand::Import(args)) => import_images(args).await,
             Command::Image(ImageCommand::Build(_)) => unreachable!("handled above"),
         }
