@@ -5,8 +5,10 @@
 #   hack/bench.sh api [ARGS...]   API server on both stores: idle RSS, durable creates/s with 1
 #                                 and 64 clients, GET/LIST latency, watch delivery latency.
 #                                 ARGS go to `minik8s-bench api` (e.g. --backend sqlite).
+#   hack/bench.sh pods [ARGS...]  Pod startup latency on one node with a warm image: create to
+#                                 Running through a watch, 1 pod at a time and 30 at once.
 #
-# Later subcommands (pods, scale, proxy) are further arms of the case below.
+# Later subcommands (scale, proxy) are further arms of the case below.
 source "$(dirname "$0")/lib.sh"
 
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
@@ -30,6 +32,12 @@ case "$cmd" in
     build_release minik8s minik8s-bench
     log "running the API benchmark (both stores; a few minutes)"
     "$TARGET_DIR/release/minik8s-bench" api --server-bin "$TARGET_DIR/release/minik8s" "$@"
+    ;;
+  pods)
+    install_packages
+    build_release minik8s minik8s-bench
+    log "running the pod startup benchmark (one node, warm image)"
+    "$TARGET_DIR/release/minik8s-bench" pods --server-bin "$TARGET_DIR/release/minik8s" "$@"
     ;;
   -h | --help | help)
     usage

@@ -15,6 +15,11 @@ if [[ -f "$DATA_DIR/server.pid" ]]; then
   rm -f "$DATA_DIR/server.pid"
   log "stopped"
 fi
+# Pods stop with the node; their objects stay in the API and come back with hack/up.sh.
+BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s"
+if [[ -x "$BIN" && -d "$DATA_DIR/containerd" ]]; then
+  "$BIN" teardown --data-dir "$DATA_DIR" >>"$DATA_DIR/server.log" 2>&1 || log "teardown reported errors (see $DATA_DIR/server.log)"
+fi
 if ((purge)); then
   rm -rf "$DATA_DIR"
   kubectl config delete-context minik8s >/dev/null 2>&1 || true

@@ -11,6 +11,7 @@ log "conformance against a fresh cluster"
 export MINIK8S_DATA_DIR="$(mktemp -d /tmp/minik8s-conformance.XXXXXX)"
 export MINIK8S_PORT="${MINIK8S_CONFORMANCE_PORT:-16443}"
 export MINIK8S_MERGE_KUBECONFIG="$MINIK8S_DATA_DIR/kubeconfig"
+export MINIK8S_IMAGES="pause busybox"
 trap '"$REPO_ROOT/hack/down.sh" >/dev/null 2>&1; rm -rf "$MINIK8S_DATA_DIR"' EXIT
 "$REPO_ROOT/hack/up.sh"
 "$REPO_ROOT/hack/conformance.sh"

@@ -8,9 +8,18 @@ PORT="${MINIK8S_PORT:-6443}"
 install_packages
 log "building minik8s (release)"
 cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p minik8s
-BIN="$REPO_ROOT/target/release/minik8s"
+BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s"
 
 mkdir -p "$DATA_DIR"
+# Images are built from files on this machine, once; the node imports them when it starts.
+read -r -a wanted <<<"${MINIK8S_IMAGES:-pause busybox python}"
+missing=()
+for image in "${wanted[@]}"; do
+  [[ -f "$DATA_DIR/images/$image.tar" ]] || missing+=("$image")
+done
+if ((${#missing[@]})); then
+  "$REPO_ROOT/hack/images.sh" "${missing[@]}"
+fi
 if [[ -f "$DATA_DIR/server.pid" ]] && kill -0 "$(cat "$DATA_DIR/server.pid")" 2>/dev/null; then
   log "stopping the running server first"
   "$REPO_ROOT/hack/down.sh"
@@ -23,6 +32,11 @@ echo $! >"$DATA_DIR/server.pid"
 KCFG="$DATA_DIR/admin.kubeconfig"
 if ! wait_for 60 curl -skf "https://127.0.0.1:$PORT/readyz"; then
   log "the server did not become ready; last log lines:"
+  tail -n 30 "$DATA_DIR/server.log" >&2
+  exit 1
+fi
+if ! wait_for 30 test -f "$KCFG" || ! KUBECONFIG="$KCFG" kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null; then
+  log "the node did not become Ready; last log lines:"
   tail -n 30 "$DATA_DIR/server.log" >&2
   exit 1
 fi

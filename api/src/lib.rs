@@ -6,6 +6,7 @@ pub mod crd;
 pub mod cron;
 pub mod kinds;
 pub mod meta;
+pub mod patch;
 pub mod quantity;
 pub mod registry;
 pub mod selector;

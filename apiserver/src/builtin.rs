@@ -22,6 +22,7 @@ use minik8s_api::strategy::{BuiltIn, Kind};
 use schemars::JsonSchema;
 
 use crate::handlers::namespaces::NamespaceExtension;
+use crate::handlers::openapi::KindSchema;
 use crate::handlers::pods::PodExtension;
 use crate::handlers::resource::ResourceEndpoint;
 use crate::registry::generic::GenericRegistry;
@@ -47,7 +48,7 @@ pub fn register(server: &ApiServer) {
     /// Serves `e` and describes its kind in OpenAPI by the type's schemars schema.
     fn add<K: Kind + JsonSchema>(server: &ApiServer, e: ResourceEndpoint<BuiltIn<K>>) {
         server.openapi.register_type::<K>();
-        server.register(Arc::new(e));
+        server.register(Arc::new(e.with_schema(KindSchema::of::<K>())));
     }
     add(
         server,

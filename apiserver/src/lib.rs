@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod builtin;
+pub mod fieldmanager;
 pub mod handlers;
 pub mod kubelet;
 pub mod metrics;

@@ -1,2 +1,9 @@
-//! Controllers and the scheduler that turn intent into pods. Arrive with their issue; until
-//! then this crate only holds its place in the workspace.
+//! The loops that turn intent into pods: the controller-manager's controllers, the scheduler,
+//! and hollow nodes for tests and scale runs. Every one is an ordinary kube-rs client of the
+//! API (watch, reflector cache, reconcile by key, requeue with backoff), so they prove the API
+//! works for third-party controllers too.
+
+pub mod hollow;
+pub mod leader;
+pub mod manager;
+pub mod util;

@@ -41,9 +41,12 @@ pub struct AgentArgs {
     /// The address the kubelet's HTTPS API listens on.
     #[arg(long, default_value = "0.0.0.0")]
     pub kubelet_address: IpAddr,
-    /// The bridge pods attach to (another name lets a second node share the machine).
-    #[arg(long, default_value = minik8s_kubelet::cni::BRIDGE)]
+    /// The bridge pods attach to.
+    #[arg(long, default_value = "cni0")]
     pub bridge: String,
+    /// Parent cgroup of every pod.
+    #[arg(long, default_value = "/kubepods")]
+    pub cgroup_root: String,
 }
 
 /// The running node: keep it alive as long as the node runs.
@@ -162,7 +165,6 @@ pub async fn start(
         minik8s_kubelet::KubeletConfig::new(&name, ip, data_dir.join("kubelet"), &socket);
     config.port = args.kubelet_port;
     config.address = args.kubelet_address;
-    config.bridge = args.bridge.clone();
     config.tls = Some(minik8s_kubelet::config::ServingTls {
         cert_pem: serving.cert_pem,
         key_pem: serving.key_pem,
@@ -171,6 +173,8 @@ pub async fn start(
     config.cni_conf_dir = cni_dir;
     config.pod_cidr = Some(args.pod_cidr.clone());
     config.cluster_dns = args.cluster_dns.clone();
+    config.bridge = args.bridge.clone();
+    config.cgroup_root = args.cgroup_root.clone();
     let ranges = vec![args.cluster_cidr.clone(), service_range.to_string()];
     tokio::spawn(async move {
         if let Err(e) = minik8s_kubelet::run(config, client, ranges).await {
@@ -182,7 +186,7 @@ pub async fn start(
 
 /// Stops every pod of the node and containerd, and removes what they left: containers, the
 /// bridge and its routes, pod cgroups.
-pub async fn teardown(data_dir: &Path, bridge: &str) -> anyhow::Result<()> {
+pub async fn teardown(data_dir: &Path, bridge: &str, cgroup_root: &str) -> anyhow::Result<()> {
     let dir = data_dir.join("containerd");
     if dir.is_dir() {
         let c = Containerd::start(ContainerdConfig::new(&dir), Duration::from_secs(30))
@@ -195,10 +199,12 @@ pub async fn teardown(data_dir: &Path, bridge: &str) -> anyhow::Result<()> {
         }
         c.shutdown().await;
     }
+    // The pods directory is a shared bind mount of itself; volumes mount inside it.
+    minik8s_kubelet::containerd::unmount_under(&data_dir.join("kubelet"));
     let _ = std::process::Command::new("ip")
         .args(["link", "del", bridge])
         .status();
-    if let Err(e) = minik8s_kubelet::cgroups::remove(Path::new("/sys/fs/cgroup"), "/kubepods") {
+    if let Err(e) = minik8s_kubelet::cgroups::remove(Path::new("/sys/fs/cgroup"), cgroup_root) {
         tracing::warn!(error = %e, "removing pod cgroups failed");
     }
     Ok(())

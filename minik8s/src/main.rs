@@ -3,6 +3,7 @@
 //! builds and imports container images without a registry.
 
 mod agent;
+mod control;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -29,6 +30,15 @@ enum Command {
     Server(ServerArgs),
     /// Run the API server alone.
     Apiserver(ServerArgs),
+    /// Run the controllers against an API server.
+    ControllerManager {
+        #[command(flatten)]
+        client: control::ClientArgs,
+        #[command(flatten)]
+        args: control::ControllerManagerArgs,
+    },
+    /// Register fake nodes that run their pods without containers (like kubemark or kwok).
+    HollowNodes(control::HollowArgs),
     /// Stop every pod this machine runs and remove what the node left behind.
     Teardown(TeardownArgs),
     /// Build and import container images without a registry.
@@ -40,9 +50,10 @@ enum Command {
 struct TeardownArgs {
     #[arg(long, env = "MINIK8S_DATA_DIR", default_value = "/var/lib/minik8s")]
     data_dir: PathBuf,
-    /// The bridge the node's pods used.
-    #[arg(long, default_value = minik8s_kubelet::cni::BRIDGE)]
+    #[arg(long, default_value = "cni0")]
     bridge: String,
+    #[arg(long, default_value = "/kubepods")]
+    cgroup_root: String,
 }
 
 #[derive(Subcommand)]
@@ -123,6 +134,11 @@ struct ServerArgs {
     watch_bookmark_interval: Duration,
     #[command(flatten)]
     agent: agent::AgentArgs,
+    /// `server` only: do not run the controller-manager in this process.
+    #[arg(long)]
+    disable_controller_manager: bool,
+    #[command(flatten)]
+    controller_manager: control::ControllerManagerArgs,
 }
 
 /// `300ms`, `10s`, `5m`, `1h`, or plain seconds.
@@ -216,7 +232,25 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     } else {
         None
     };
+    let (stop_controllers, controllers_stopped) = tokio::sync::oneshot::channel::<()>();
+    let controllers = (with_agent && !args.disable_controller_manager).then(|| {
+        let client = control::local_client(
+            minik8s_apiserver::router(prepared.server.clone()),
+            control::controller_manager_user(),
+        );
+        tokio::spawn(minik8s_controllers::manager::run(
+            client,
+            args.controller_manager.options(),
+            async {
+                let _ = controllers_stopped.await;
+            },
+        ))
+    });
     shutdown_signal().await;
+    let _ = stop_controllers.send(());
+    if let Some(c) = controllers {
+        let _ = c.await;
+    }
     if let Some(node) = node {
         node.stop();
     }
@@ -308,7 +342,13 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Server(args) => run_apiserver(args, true).await,
             Command::Apiserver(args) => run_apiserver(args, false).await,
-            Command::Teardown(args) => agent::teardown(&args.data_dir, &args.bridge).await,
+            Command::ControllerManager { client, args } => {
+                control::run_controller_manager(client, args).await
+            }
+            Command::HollowNodes(args) => control::run_hollow(args).await,
+            Command::Teardown(args) => {
+                agent::teardown(&args.data_dir, &args.bridge, &args.cgroup_root).await
+            }
             Command::Image(ImageCommand::Import(args)) => import_images(args).await,
             Command::Image(ImageCommand::Build(_)) => unreachable!("handled above"),
         }

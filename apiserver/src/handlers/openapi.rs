@@ -23,6 +23,7 @@ use serde_json::{Map, Value, json};
 
 pub use self::document::{
     Gvk, KindSchema, PATCH_MEDIA_TYPES, group_version_document, group_version_path,
+    kind_definitions,
 };
 use super::codec::status_response;
 use crate::server::ApiServer;

@@ -1,7 +1,7 @@
 //! The REST verbs of one resource over HTTP: query parameters and bodies in, objects, lists,
 //! watch streams and Status bodies out. The semantics live in the generic registry.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,6 +12,8 @@ use futures::StreamExt;
 use http::{HeaderMap, StatusCode, header};
 use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, ObjectMeta};
+use minik8s_api::patch::schema::Schema;
+use minik8s_api::patch::strategic;
 use minik8s_api::selector::{FieldSelector, Selector};
 use minik8s_api::strategy::Strategy;
 use minik8s_api::validation::{FieldError, Path};
@@ -19,9 +21,11 @@ use minik8s_api::{ApiError, ResourceInfo, status};
 use rand::Rng;
 
 use super::codec::{self, FieldValidation, with_warnings};
+use super::openapi::KindSchema;
 use super::render::{self, Renderer};
 use super::request::{ResourceRequest, Verb};
 use crate::auth::UserInfo;
+use crate::fieldmanager::{self, KindTypes};
 use crate::registry::generic::{
     DeleteOpts, Deleted, GenericRegistry, ListOutput, ListQuery, Part, WatchEvent, WatchQuery,
 };
@@ -127,6 +131,9 @@ pub struct ResourceEndpoint<S: Strategy> {
     pub registry: Arc<GenericRegistry<S>>,
     extension: Option<Arc<dyn Extension<S>>>,
     options: ServeOptions,
+    /// The kind's OpenAPI schema, for strategic merge patch and server-side apply.
+    schema: Option<KindSchema>,
+    types: OnceLock<Arc<KindTypes>>,
 }
 
 impl<S: Strategy> ResourceEndpoint<S> {
@@ -138,7 +145,37 @@ impl<S: Strategy> ResourceEndpoint<S> {
             registry,
             extension: None,
             options,
+            schema: None,
+            types: OnceLock::new(),
         }
+    }
+
+    /// Reads list and map types (and, for built-in types, patch strategies) from `schema`.
+    /// Without one, strategic merge patch answers 415 and apply deduces types from values.
+    pub fn with_schema(mut self, schema: KindSchema) -> Self {
+        self.schema = Some(schema);
+        self
+    }
+
+    /// The kind's types, built on first use.
+    fn types(&self) -> Arc<KindTypes> {
+        self.types
+            .get_or_init(|| Arc::new(KindTypes::build(self.info(), self.schema.as_ref())))
+            .clone()
+    }
+
+    /// The manager a write by `req` is recorded for, after upstream's checks of
+    /// `fieldManager` (a 422 about `options`).
+    fn manager(&self, req: &ApiRequest, options: &str) -> Result<String, ApiError> {
+        fieldmanager::validate_field_manager(options, req.param("fieldManager"))?;
+        let ua = req
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok());
+        Ok(fieldmanager::manager_or_user_agent(
+            req.param("fieldManager"),
+            ua,
+        ))
     }
 
     pub fn with_extension(mut self, ext: Arc<dyn Extension<S>>) -> Self {
@@ -178,10 +215,11 @@ impl<S: Strategy> ResourceEndpoint<S> {
         &self,
         patch: &Patch,
         doc: serde_json::Value,
+        schema: &Schema,
         validation: FieldValidation,
         warnings: &std::sync::Mutex<Vec<String>>,
     ) -> Result<serde_json::Value, ApiError> {
-        let patched = patch.apply(doc)?;
+        let patched = patch.apply(doc, schema)?;
         // A document that does not decode is the registry's error to report.
         if let Ok(mut obj) = serde_json::from_value::<S::Object>(patched.clone()) {
             self.registry.strategy.prune(&mut obj);
@@ -301,7 +339,15 @@ impl<S: Strategy> ResourceEndpoint<S> {
                     return Err(ApiError::method_not_supported(reg.target(""), "create"));
                 }
                 let (obj, warnings) = self.decode(&req)?;
-                let created = reg.create(ns, obj, req.dry_run()?).await?;
+                let manager = self.manager(&req, "CreateOptions")?;
+                let types = self.types();
+                let fm = fieldmanager::field_manager(&types, Part::Main, "");
+                let track = |new: &mut S::Object, live: Option<&S::Object>| {
+                    fieldmanager::track_update(&reg.strategy, &fm, &manager, new, live)
+                };
+                let created = reg
+                    .create_tracked(ns, obj, req.dry_run()?, Some(&track))
+                    .await?;
                 Ok(with_warnings(
                     write(&req, StatusCode::CREATED, &created),
                     &warnings,
@@ -310,8 +356,15 @@ impl<S: Strategy> ResourceEndpoint<S> {
             (Verb::Update, None | Some("status")) => {
                 let part = self.part(t.subresource.as_deref())?;
                 let (obj, warnings) = self.decode(&req)?;
+                let manager = self.manager(&req, "UpdateOptions")?;
+                let types = self.types();
+                let sub = t.subresource.as_deref().unwrap_or_default();
+                let fm = fieldmanager::field_manager(&types, part, sub);
+                let track = |new: &mut S::Object, live: Option<&S::Object>| {
+                    fieldmanager::track_update(&reg.strategy, &fm, &manager, new, live)
+                };
                 let (obj, created) = reg
-                    .update(ns, req.name(), obj, part, req.dry_run()?)
+                    .update_tracked(ns, req.name(), obj, part, req.dry_run()?, Some(&track))
                     .await?;
                 let code = if created {
                     StatusCode::CREATED
@@ -323,12 +376,35 @@ impl<S: Strategy> ResourceEndpoint<S> {
             (Verb::Patch, None | Some("status")) => {
                 let part = self.part(t.subresource.as_deref())?;
                 let patch = Patch::parse(&req)?;
+                let types = self.types();
+                let sub = t.subresource.as_deref().unwrap_or_default();
+                if let Patch::Apply(config) = &patch {
+                    return self
+                        .server_side_apply(&req, part, sub, config, &types)
+                        .await;
+                }
+                if matches!(patch, Patch::Strategic(_)) && !types.strategic {
+                    return Err(ApiError::unsupported_media_type(
+                        "application/strategic-merge-patch+json",
+                        &[PATCH_TYPES[0], PATCH_TYPES[1], PATCH_TYPES[3]],
+                    ));
+                }
                 let validation = req.field_validation()?;
                 let warnings = std::sync::Mutex::new(Vec::new());
+                let manager = self.manager(&req, "PatchOptions")?;
+                let fm = fieldmanager::field_manager(&types, part, sub);
+                let track = |new: &mut S::Object, live: Option<&S::Object>| {
+                    fieldmanager::track_update(&reg.strategy, &fm, &manager, new, live)
+                };
                 let obj = reg
-                    .patch(ns, req.name(), part, req.dry_run()?, |doc| {
-                        self.apply_patch(&patch, doc, validation, &warnings)
-                    })
+                    .patch_tracked(
+                        ns,
+                        req.name(),
+                        part,
+                        req.dry_run()?,
+                        |doc| self.apply_patch(&patch, doc, &types.schema, validation, &warnings),
+                        Some(&track),
+                    )
                     .await?;
                 let warnings = warnings.into_inner().expect("warnings lock");
                 Ok(with_warnings(write(&req, StatusCode::OK, &obj), &warnings))
@@ -375,6 +451,45 @@ impl<S: Strategy> ResourceEndpoint<S> {
             }
             (_, Some(_)) => Err(ApiError::path_not_found()),
         }
+    }
+
+    /// `application/apply-patch+yaml`: server-side apply of `config` by `fieldManager`,
+    /// creating the object when it does not exist.
+    async fn server_side_apply(
+        &self,
+        req: &ApiRequest,
+        part: Part,
+        subresource: &str,
+        config: &serde_json::Value,
+        types: &KindTypes,
+    ) -> Result<Response, ApiError> {
+        let reg = &self.registry;
+        let manager = req.param("fieldManager").unwrap_or_default();
+        let force = req.flag("force");
+        let fm = fieldmanager::field_manager(types, part, subresource);
+        let apply = |live: Option<serde_json::Value>| {
+            fm.apply(live.as_ref(), config, manager, force)
+                .map_err(fieldmanager::apply_error)
+        };
+        let track = |new: &mut S::Object, live: Option<&S::Object>| {
+            fieldmanager::track_apply(&reg.strategy, new, live)
+        };
+        let (obj, created) = reg
+            .apply(
+                req.namespace(),
+                req.name(),
+                part,
+                req.dry_run()?,
+                apply,
+                Some(&track),
+            )
+            .await?;
+        let code = if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        Ok(write(req, code, &obj))
     }
 
     fn part(&self, sub: Option<&str>) -> Result<Part, ApiError> {
@@ -539,6 +654,34 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 StatusCode::OK,
                 &self.to_scale(&reg.get(ns, name).await?)?,
             )),
+            Verb::Update | Verb::Patch => self.scale_write(req, scale_invalid).await,
+            _ => Err(ApiError::method_not_supported(
+                reg.target(name),
+                req.target.verb.as_str(),
+            )),
+        }
+    }
+
+    async fn scale_write(
+        &self,
+        req: &ApiRequest,
+        scale_invalid: impl Fn(i32) -> ApiError,
+    ) -> Result<Response, ApiError> {
+        let reg = &self.registry;
+        let ns = req.namespace();
+        let name = req.name();
+        let options = if req.target.verb == Verb::Update {
+            "UpdateOptions"
+        } else {
+            "PatchOptions"
+        };
+        let manager = self.manager(req, options)?;
+        let types = self.types();
+        let fm = fieldmanager::field_manager(&types, Part::Main, "scale");
+        let track = |new: &mut S::Object, live: &S::Object| {
+            fieldmanager::track_update(&reg.strategy, &fm, &manager, new, Some(live))
+        };
+        match req.target.verb {
             Verb::Update => {
                 let value = codec::parse_body(req.content_type(), &req.body, "Scale")?;
                 let scale: Scale = codec::decode_object(value, "Scale", "autoscaling/v1", false)?;
@@ -562,6 +705,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                         let mut new = current.clone();
                         reg.strategy.set_replicas(&mut new, replicas);
                         reg.before_update(&mut new, &current, Part::Main)?;
+                        track(&mut new, &current);
                         Ok(new)
                     })
                     .await?;
@@ -569,12 +713,19 @@ impl<S: Strategy> ResourceEndpoint<S> {
             }
             Verb::Patch => {
                 let patch = Patch::parse(req)?;
+                if matches!(patch, Patch::Apply(_)) {
+                    return Err(ApiError::unsupported_media_type(
+                        PATCH_TYPES[3],
+                        &PATCH_TYPES[..3],
+                    ));
+                }
+                let deduced = Schema::deduced();
                 let (obj, _) = reg
                     .guaranteed_update(ns, name, None, req.dry_run()?, |current| {
                         let scale = self.to_scale(&current)?;
                         let doc = serde_json::to_value(&scale).map_err(ApiError::internal)?;
-                        let patched: Scale =
-                            serde_json::from_value(patch.apply(doc)?).map_err(|e| {
+                        let patched: Scale = serde_json::from_value(patch.apply(doc, &deduced)?)
+                            .map_err(|e| {
                                 ApiError::bad_request(format!(
                                     "the patched object is not a valid Scale: {e}"
                                 ))
@@ -591,6 +742,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                         let mut new = current.clone();
                         reg.strategy.set_replicas(&mut new, replicas);
                         reg.before_update(&mut new, &current, Part::Main)?;
+                        track(&mut new, &current);
                         Ok(new)
                     })
                     .await?;
@@ -753,6 +905,9 @@ fn apply_json_patch(
 pub enum Patch {
     Json(json_patch::Patch),
     Merge(serde_json::Value),
+    Strategic(serde_json::Value),
+    /// A server-side apply configuration (YAML or JSON).
+    Apply(serde_json::Value),
 }
 
 const PATCH_TYPES: &[&str] = &[
@@ -763,6 +918,7 @@ const PATCH_TYPES: &[&str] = &[
 ];
 
 impl Patch {
+    /// The body by its media type, after upstream's checks of the patch options.
     pub fn parse(req: &ApiRequest) -> Result<Patch, ApiError> {
         if req.body.len() > codec::MAX_BODY_BYTES {
             return Err(ApiError::request_entity_too_large(format!(
@@ -771,6 +927,31 @@ impl Patch {
             )));
         }
         let media = codec::media_type(req.content_type());
+        if !PATCH_TYPES.contains(&media.as_str()) {
+            return Err(ApiError::unsupported_media_type(&media, PATCH_TYPES));
+        }
+        let apply = media == "application/apply-patch+yaml";
+        let mut errs = Vec::new();
+        if apply && req.param("fieldManager").is_none_or(str::is_empty) {
+            errs.push(FieldError::required(
+                &Path::new("fieldManager"),
+                "is required for apply patch",
+            ));
+        }
+        if !apply && req.param("force").is_some() {
+            errs.push(FieldError::forbidden(
+                &Path::new("force"),
+                "may not be specified for non-apply patch",
+            ));
+        }
+        if !errs.is_empty() {
+            return Err(ApiError::invalid("PatchOptions", "meta.k8s.io", "", &errs));
+        }
+        fieldmanager::validate_field_manager("PatchOptions", req.param("fieldManager"))?;
+        let json_value = || -> Result<serde_json::Value, ApiError> {
+            serde_json::from_slice(&req.body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))
+        };
         match media.as_str() {
             "application/json-patch+json" => {
                 let p: json_patch::Patch = serde_json::from_slice(&req.body)
@@ -783,22 +964,54 @@ impl Patch {
                 }
                 Ok(Patch::Json(p))
             }
-            "application/merge-patch+json" => {
-                let v: serde_json::Value = serde_json::from_slice(&req.body)
-                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-                Ok(Patch::Merge(v))
+            "application/merge-patch+json" => Ok(Patch::Merge(json_value()?)),
+            "application/strategic-merge-patch+json" => {
+                let v = json_value()?;
+                if !v.is_object() {
+                    return Err(ApiError::bad_request(
+                        "json: cannot unmarshal non-object into Go value of type map[string]interface {}",
+                    ));
+                }
+                Ok(Patch::Strategic(v))
             }
-            "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
-                Err(ApiError::unsupported_media_type(&media, &PATCH_TYPES[..2]))
+            _ => {
+                let v: serde_json::Value = if req.body.iter().all(u8::is_ascii_whitespace) {
+                    serde_json::Value::Object(Default::default())
+                } else {
+                    serde_yaml::from_slice(&req.body)
+                        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
+                };
+                let v = match v {
+                    serde_json::Value::Null => serde_json::Value::Object(Default::default()),
+                    v @ serde_json::Value::Object(_) => v,
+                    _ => {
+                        return Err(ApiError::bad_request(
+                            "error decoding patch: json: cannot unmarshal non-object into Go value of type map[string]interface {}",
+                        ));
+                    }
+                };
+                Ok(Patch::Apply(v))
             }
-            _ => Err(ApiError::unsupported_media_type(&media, PATCH_TYPES)),
         }
     }
 
-    pub fn apply(&self, mut doc: serde_json::Value) -> Result<serde_json::Value, ApiError> {
+    /// Applies the patch to `doc`, an object of `schema`'s kind. Not for apply patches.
+    pub fn apply(
+        &self,
+        mut doc: serde_json::Value,
+        schema: &Schema,
+    ) -> Result<serde_json::Value, ApiError> {
         match self {
             Patch::Json(p) => apply_json_patch(&mut doc, p)?,
             Patch::Merge(p) => json_patch::merge(&mut doc, p),
+            Patch::Strategic(p) => {
+                doc = strategic::apply(schema, doc, p.clone()).map_err(fieldmanager::smp_error)?;
+            }
+            Patch::Apply(_) => {
+                return Err(ApiError::internal(
+                    "apply patches go through the field manager",
+                ));
+            }
         }
         Ok(doc)
     }

@@ -62,10 +62,12 @@ impl CustomEndpoint {
         options: ServeOptions,
         terminating: bool,
         teardown: watch::Receiver<bool>,
+        schema: KindSchema,
     ) -> Self {
         let registry = Arc::new(GenericRegistry::new(strategy, store));
         CustomEndpoint {
-            inner: ResourceEndpoint::new(registry, options),
+            // The version's schema types server-side apply (list and map types).
+            inner: ResourceEndpoint::new(registry, options).with_schema(schema),
             terminating,
             teardown,
         }
@@ -257,6 +259,7 @@ pub fn served_versions(
             .unwrap_or_else(
                 || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
             );
+        let schema = KindSchema::Json(Arc::new(schema));
         out.push(ServedVersion {
             endpoint: Arc::new(CustomEndpoint::new(
                 strategy,
@@ -264,9 +267,10 @@ pub fn served_versions(
                 options.clone(),
                 terminating,
                 teardown.clone(),
+                schema.clone(),
             )),
             gvk: Gvk::new(&info.group, &info.version, &info.kind),
-            schema: KindSchema::Json(Arc::new(schema)),
+            schema,
         });
     }
     out

@@ -31,6 +31,10 @@ pub enum Part {
     Status,
 }
 
+/// Records `metadata.managedFields` of a write: called with the object about to be stored
+/// (defaulted and validated) and the stored object it replaces (`None` on create).
+pub type Track<'a, O> = Option<&'a (dyn Fn(&mut O, Option<&O>) + Send + Sync)>;
+
 #[derive(Clone, Debug, Default)]
 pub struct ListQuery {
     pub labels: Selector,
@@ -564,8 +568,19 @@ impl<S: Strategy> GenericRegistry<S> {
     pub async fn create(
         &self,
         ns: Option<&str>,
+        obj: S::Object,
+        dry_run: bool,
+    ) -> Result<S::Object, ApiError> {
+        self.create_tracked(ns, obj, dry_run, None).await
+    }
+
+    /// [`GenericRegistry::create`], recording managed fields with `track`.
+    pub async fn create_tracked(
+        &self,
+        ns: Option<&str>,
         mut obj: S::Object,
         dry_run: bool,
+        track: Track<'_, S::Object>,
     ) -> Result<S::Object, ApiError> {
         self.reconcile_namespace(&mut obj, ns)?;
         {
@@ -645,6 +660,9 @@ impl<S: Strategy> GenericRegistry<S> {
                     .unwrap_or_default();
                 self.admit_namespace(&ns, &name).await?;
             }
+            if let Some(track) = track {
+                track(&mut candidate, None);
+            }
             if dry_run {
                 return Ok(candidate);
             }
@@ -682,6 +700,22 @@ impl<S: Strategy> GenericRegistry<S> {
                 Err(e) => return Err(self.store_error(&name, e)),
             }
         }
+    }
+
+    /// A patched object keeps the name and namespace of the URL (upstream's `checkName`).
+    pub fn check_patched_name(
+        &self,
+        obj: &mut S::Object,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let obj_name = self.strategy.meta(obj).name.clone().unwrap_or_default();
+        if obj_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({obj_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        self.reconcile_namespace(obj, ns)
     }
 
     /// Upstream's BeforeUpdate: what an update may not change, defaults, generation, validation.
@@ -801,6 +835,10 @@ impl<S: Strategy> GenericRegistry<S> {
                 && meta.deletion_grace_period_seconds.unwrap_or(0) == 0
                 && self.strategy.finalized(&new);
             if dry_run {
+                // As upstream's dry-run storage: the object as it would be, at the version
+                // it replaces.
+                self.strategy.meta_mut(&mut new).resource_version =
+                    Some(kv.mod_revision.to_string());
                 return Ok((new, finalize));
             }
             if finalize {
@@ -836,9 +874,23 @@ impl<S: Strategy> GenericRegistry<S> {
         &self,
         ns: Option<&str>,
         name: &str,
+        body: S::Object,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<(S::Object, bool), ApiError> {
+        self.update_tracked(ns, name, body, part, dry_run, None)
+            .await
+    }
+
+    /// [`GenericRegistry::update`], recording managed fields with `track`.
+    pub async fn update_tracked(
+        &self,
+        ns: Option<&str>,
+        name: &str,
         mut body: S::Object,
         part: Part,
         dry_run: bool,
+        track: Track<'_, S::Object>,
     ) -> Result<(S::Object, bool), ApiError> {
         self.reconcile_namespace(&mut body, ns)?;
         let meta = self.strategy.meta(&body);
@@ -866,6 +918,9 @@ impl<S: Strategy> GenericRegistry<S> {
             .guaranteed_update(ns, name, precondition, dry_run, |current| {
                 let mut new = body.clone();
                 self.before_update(&mut new, &current, part)?;
+                if let Some(track) = track {
+                    track(&mut new, Some(&current));
+                }
                 Ok(new)
             })
             .await;
@@ -877,7 +932,7 @@ impl<S: Strategy> GenericRegistry<S> {
             {
                 let mut body = body;
                 self.strategy.meta_mut(&mut body).resource_version = None;
-                Ok((self.create(ns, body, dry_run).await?, true))
+                Ok((self.create_tracked(ns, body, dry_run, track).await?, true))
             }
             Err(e) => Err(e),
             Ok((obj, _)) => Ok((obj, false)),
@@ -892,6 +947,23 @@ impl<S: Strategy> GenericRegistry<S> {
         part: Part,
         dry_run: bool,
         apply: F,
+    ) -> Result<S::Object, ApiError>
+    where
+        F: Fn(serde_json::Value) -> Result<serde_json::Value, ApiError>,
+    {
+        self.patch_tracked(ns, name, part, dry_run, apply, None)
+            .await
+    }
+
+    /// [`GenericRegistry::patch`], recording managed fields with `track`.
+    pub async fn patch_tracked<F>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        part: Part,
+        dry_run: bool,
+        apply: F,
+        track: Track<'_, S::Object>,
     ) -> Result<S::Object, ApiError>
     where
         F: Fn(serde_json::Value) -> Result<serde_json::Value, ApiError>,
@@ -913,7 +985,11 @@ impl<S: Strategy> GenericRegistry<S> {
                 {
                     return Err(ApiError::stale(self.target(name)));
                 }
+                self.check_patched_name(&mut new, ns, name)?;
                 self.before_update(&mut new, &current, part)?;
+                if let Some(track) = track {
+                    track(&mut new, Some(&current));
+                }
                 Ok(new)
             })
             .await?;

@@ -5,6 +5,7 @@
 
 mod api;
 mod h2;
+mod pods;
 mod proc;
 mod stats;
 
@@ -27,6 +28,8 @@ struct Cli {
 enum Command {
     /// API server: memory, create throughput, GET/LIST latency, watch delivery latency.
     Api(ApiArgs),
+    /// Pod startup latency on one node (create to Running, through a watch).
+    Pods(pods::PodsArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -82,6 +85,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Api(args) => api::run(args).await,
+            Command::Pods(args) => pods::run(args).await,
         }
     })
 }

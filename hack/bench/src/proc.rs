@@ -41,6 +41,8 @@ impl Server {
             .arg(dir.path())
             .args(["--secure-port", &port.to_string()])
             .args(["--bind-address", "127.0.0.1"])
+            // The API alone: no node agent competing for the CPU.
+            .arg("--disable-agent")
             // The production default log level, whatever the caller's environment says.
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())

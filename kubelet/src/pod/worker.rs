@@ -166,18 +166,12 @@ impl Shared {
 
     /// The runtime's view of one pod, with full container statuses.
     pub async fn runtime_pod(&self, pod_uid: &str) -> Result<RuntimePod, RuntimeError> {
+        let mine: HashMap<String, String> =
+            [(super::model::keys::POD_UID.to_string(), pod_uid.to_string())].into();
         let sandboxes: Vec<cri::PodSandbox> = self
             .runtime
-            .list_pod_sandboxes()
-            .await?
-            .into_iter()
-            .filter(|s| {
-                s.labels
-                    .get(super::model::keys::POD_UID)
-                    .map(String::as_str)
-                    == Some(pod_uid)
-            })
-            .collect();
+            .list_pod_sandboxes_labeled(mine.clone())
+            .await?;
         let mut ips = BTreeMap::new();
         if let Some(latest) = sandboxes.iter().max_by_key(|s| s.created_at) {
             match self.runtime.pod_sandbox_status(&latest.id).await {

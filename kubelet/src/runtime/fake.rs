@@ -342,6 +342,28 @@ impl Runtime for FakeRuntime {
             .collect())
     }
 
+    async fn list_pod_sandboxes_labeled(
+        &self,
+        labels: std::collections::HashMap<String, String>,
+    ) -> Result<Vec<cri::PodSandbox>> {
+        let all = self.list_pod_sandboxes().await?;
+        Ok(all
+            .into_iter()
+            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+            .collect())
+    }
+
+    async fn list_containers_labeled(
+        &self,
+        labels: std::collections::HashMap<String, String>,
+    ) -> Result<Vec<cri::Container>> {
+        let all = self.list_containers().await?;
+        Ok(all
+            .into_iter()
+            .filter(|c| labels.iter().all(|(k, v)| c.labels.get(k) == Some(v)))
+            .collect())
+    }
+
     async fn create_container(
         &self,
         sandbox_id: &str,

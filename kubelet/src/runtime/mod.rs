@@ -1,6 +1,7 @@
 //! The container runtime as the kubelet sees it: the CRI (runtime.v1) calls it makes, behind a
 //! trait so that pod logic is tested against a recording fake and run against containerd.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -37,6 +38,11 @@ pub trait Runtime: Send + Sync + 'static {
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()>;
     async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus>;
     async fn list_pod_sandboxes(&self) -> Result<Vec<cri::PodSandbox>>;
+    /// Sandboxes carrying every one of `labels`.
+    async fn list_pod_sandboxes_labeled(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<cri::PodSandbox>>;
     async fn create_container(
         &self,
         sandbox_id: &str,
@@ -47,6 +53,11 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop_container(&self, id: &str, timeout_seconds: i64) -> Result<()>;
     async fn remove_container(&self, id: &str) -> Result<()>;
     async fn list_containers(&self) -> Result<Vec<cri::Container>>;
+    /// Containers carrying every one of `labels`.
+    async fn list_containers_labeled(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<cri::Container>>;
     async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus>;
     async fn exec_sync(
         &self,
@@ -198,6 +209,27 @@ impl Runtime for CriRuntime {
         })
     }
 
+    async fn list_pod_sandboxes_labeled(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<cri::PodSandbox>> {
+        let filter = cri::PodSandboxFilter {
+            label_selector: labels,
+            ..Default::default()
+        };
+        let req = cri::ListPodSandboxRequest {
+            filter: Some(filter),
+        };
+        Ok(self
+            .runtime
+            .clone()
+            .list_pod_sandbox(req)
+            .await
+            .map_err(err("ListPodSandbox"))?
+            .into_inner()
+            .items)
+    }
+
     async fn list_pod_sandboxes(&self) -> Result<Vec<cri::PodSandbox>> {
         let req = cri::ListPodSandboxRequest { filter: None };
         Ok(self
@@ -266,6 +298,27 @@ impl Runtime for CriRuntime {
             .await
             .map_err(err("RemoveContainer"))?;
         Ok(())
+    }
+
+    async fn list_containers_labeled(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<cri::Container>> {
+        let filter = cri::ContainerFilter {
+            label_selector: labels,
+            ..Default::default()
+        };
+        let req = cri::ListContainersRequest {
+            filter: Some(filter),
+        };
+        Ok(self
+            .runtime
+            .clone()
+            .list_containers(req)
+            .await
+            .map_err(err("ListContainers"))?
+            .into_inner()
+            .containers)
     }
 
     async fn list_containers(&self) -> Result<Vec<cri::Container>> {

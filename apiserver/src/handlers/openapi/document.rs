@@ -1168,3 +1168,16 @@ fn connect_subresource(
     }
     true
 }
+
+/// The definitions `gvk`'s schema reaches, finished as served documents finish them (upstream
+/// extensions added), and the name of the kind's own definition. Strategic merge patch and
+/// server-side apply read list and map types from them.
+pub fn kind_definitions(gvk: &Gvk, schema: Option<&KindSchema>) -> (String, Map<String, Value>) {
+    let mut schemas = BTreeMap::new();
+    if let Some(s) = schema {
+        schemas.insert(gvk.clone(), s.clone());
+    }
+    let mut b = Builder::new(&schemas);
+    let name = b.kind(gvk);
+    (name, b.definitions())
+}

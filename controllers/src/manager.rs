@@ -1,0 +1,109 @@
+//! The controller-manager: every controller in one process, started together once this process
+//! holds the `kube-controller-manager` Lease, and stopped together when it loses it.
+
+use std::future::Future;
+
+use kube::Client;
+use tokio::task::JoinSet;
+
+use crate::leader::{LeaderElectionConfig, run_while_leader};
+
+/// Flags named after kube-controller-manager's.
+#[derive(Clone, Debug)]
+pub struct ControllerManagerOptions {
+    /// `*` for all, `name` to enable one, `-name` to disable one (upstream's `--controllers`).
+    pub controllers: Vec<String>,
+    pub leader_elect: bool,
+}
+
+impl Default for ControllerManagerOptions {
+    fn default() -> Self {
+        ControllerManagerOptions {
+            controllers: vec!["*".into()],
+            leader_elect: true,
+        }
+    }
+}
+
+impl ControllerManagerOptions {
+    /// Whether `name` runs under `--controllers`, as upstream decides it.
+    pub fn enabled(&self, name: &str) -> bool {
+        let mut on = false;
+        for c in &self.controllers {
+            if c == name {
+                return true;
+            }
+            if c.strip_prefix('-') == Some(name) {
+                return false;
+            }
+            if c == "*" {
+                on = true;
+            }
+        }
+        on
+    }
+}
+
+/// The controllers by name, each a future that runs until dropped.
+type Starter = fn(Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+fn controllers() -> Vec<(&'static str, Starter)> {
+    vec![]
+}
+
+/// Runs the enabled controllers until they are dropped.
+pub async fn run_controllers(client: Client, options: &ControllerManagerOptions) {
+    let mut set = JoinSet::new();
+    for (name, start) in controllers() {
+        if options.enabled(name) {
+            tracing::info!(controller = name, "starting controller");
+            set.spawn(start(client.clone()));
+        }
+    }
+    while let Some(done) = set.join_next().await {
+        if let Err(e) = done {
+            tracing::error!(error = %e, "a controller stopped");
+        }
+    }
+    std::future::pending::<()>().await
+}
+
+/// The controller-manager: leader-elected unless told otherwise; returns after `shutdown`.
+pub async fn run(
+    client: Client,
+    options: ControllerManagerOptions,
+    shutdown: impl Future<Output = ()>,
+) {
+    if !options.leader_elect {
+        tokio::select! {
+            _ = run_controllers(client, &options) => {}
+            _ = shutdown => {}
+        }
+        return;
+    }
+    let config = LeaderElectionConfig::new("kube-controller-manager");
+    run_while_leader(
+        client.clone(),
+        config,
+        || run_controllers(client.clone(), &options),
+        shutdown,
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controllers_flag_follows_upstream() {
+        let o = |c: &[&str]| ControllerManagerOptions {
+            controllers: c.iter().map(|s| s.to_string()).collect(),
+            leader_elect: false,
+        };
+        assert!(o(&["*"]).enabled("replicaset"));
+        assert!(!o(&["*", "-replicaset"]).enabled("replicaset"));
+        assert!(o(&["replicaset"]).enabled("replicaset"));
+        assert!(!o(&["job"]).enabled("replicaset"));
+    }
+}

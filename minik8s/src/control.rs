@@ -1,0 +1,137 @@
+//! The control loops as commands: `controller-manager` and `hollow-nodes` run against any API
+//! server through a kubeconfig; `server` runs the controller-manager in its own process
+//! through an in-process client that needs no socket.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use minik8s_apiserver::auth::{ClientCertIdentity, UserInfo};
+use minik8s_controllers::hollow::HollowConfig;
+use minik8s_controllers::manager::ControllerManagerOptions;
+use tower::ServiceExt;
+
+/// Flags of the controller-manager, named after kube-controller-manager's.
+#[derive(Args, Clone, Debug)]
+pub struct ControllerManagerArgs {
+    /// Controllers to run: `*` for all, `-name` to leave one out.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+    /// Take the `kube-controller-manager` Lease before acting.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+}
+
+impl ControllerManagerArgs {
+    pub fn options(&self) -> ControllerManagerOptions {
+        ControllerManagerOptions {
+            controllers: self.controllers.clone(),
+            leader_elect: self.leader_elect,
+        }
+    }
+}
+
+/// Where a standalone component finds the API server.
+#[derive(Args, Clone, Debug)]
+pub struct ClientArgs {
+    /// Path to a kubeconfig [default: $KUBECONFIG, ~/.kube/config, or in-cluster].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl ClientArgs {
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let config = match &self.kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+            }
+            None => kube::Config::infer().await?,
+        };
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct HollowArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// How many nodes to register.
+    #[arg(long, default_value_t = 3)]
+    pub count: usize,
+    /// Node names are `<prefix><index>`.
+    #[arg(long, default_value = "hollow-node-")]
+    pub prefix: String,
+    #[arg(long, default_value = "4")]
+    pub cpu: String,
+    #[arg(long, default_value = "16Gi")]
+    pub memory: String,
+    #[arg(long, default_value_t = 110)]
+    pub max_pods: u32,
+    /// Extra node labels, `key=value,...`.
+    #[arg(long, value_delimiter = ',')]
+    pub node_labels: Vec<String>,
+}
+
+impl HollowArgs {
+    pub fn config(&self) -> anyhow::Result<HollowConfig> {
+        let mut labels = BTreeMap::new();
+        for l in &self.node_labels {
+            let (k, v) = l
+                .split_once('=')
+                .with_context(|| format!("--node-labels: {l:?} is not key=value"))?;
+            labels.insert(k.to_string(), v.to_string());
+        }
+        Ok(HollowConfig {
+            count: self.count,
+            prefix: self.prefix.clone(),
+            cpu: self.cpu.clone(),
+            memory: self.memory.clone(),
+            max_pods: self.max_pods,
+            labels,
+            ..Default::default()
+        })
+    }
+}
+
+/// A client that hands requests straight to the router as `user`: the all-in-one process's
+/// own components skip TLS and sockets but still pass authentication, admission and
+/// validation like any other client.
+pub fn local_client(router: axum::Router, user: UserInfo) -> kube::Client {
+    let service = tower::service_fn(move |mut req: http::Request<kube::client::Body>| {
+        req.extensions_mut()
+            .insert(ClientCertIdentity(user.clone()));
+        router.clone().oneshot(req.map(axum::body::Body::new))
+    });
+    kube::Client::new(service, "default")
+}
+
+/// The identity upstream gives kube-controller-manager.
+pub fn controller_manager_user() -> UserInfo {
+    UserInfo {
+        name: "system:kube-controller-manager".into(),
+        uid: String::new(),
+        groups: vec!["system:authenticated".into()],
+    }
+}
+
+pub async fn run_hollow(args: HollowArgs) -> anyhow::Result<()> {
+    let client = args.client.client().await?;
+    let config = args.config()?;
+    tokio::select! {
+        r = minik8s_controllers::hollow::run(client, config) => r.context("hollow nodes")?,
+        _ = crate::shutdown_signal() => {}
+    }
+    Ok(())
+}
+
+pub async fn run_controller_manager(
+    client: ClientArgs,
+    args: ControllerManagerArgs,
+) -> anyhow::Result<()> {
+    let client = client.client().await?;
+    minik8s_controllers::manager::run(client, args.options(), crate::shutdown_signal()).await;
+    Ok(())
+}
