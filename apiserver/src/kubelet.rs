@@ -49,9 +49,7 @@ pub struct KubeletAddress {
 /// advertises in `status.daemonEndpoints`; `port` overrides that.
 pub fn kubelet_address(node: &Node, port: Option<u16>) -> Result<KubeletAddress, ApiError> {
     let status = node.status.as_ref();
-    let addresses = status
-        .and_then(|s| s.addresses.clone())
-        .unwrap_or_default();
+    let addresses = status.and_then(|s| s.addresses.clone()).unwrap_or_default();
     let ip = ["InternalIP", "ExternalIP"]
         .iter()
         .find_map(|t| {
@@ -111,7 +109,12 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 /// Headers of the client that never reach a kubelet: its credentials are the API server's.
-const CLIENT_ONLY: &[&str] = &["authorization", "cookie", "impersonate-user", "impersonate-group"];
+const CLIENT_ONLY: &[&str] = &[
+    "authorization",
+    "cookie",
+    "impersonate-user",
+    "impersonate-group",
+];
 
 fn unreachable(addr: KubeletAddress, e: impl std::fmt::Display) -> ApiError {
     ApiError {
@@ -166,8 +169,7 @@ impl KubeletClient {
         let _ = tcp.set_nodelay(true);
         let tls = tokio::time::timeout(
             Duration::from_secs(10),
-            self.tls
-                .connect(ServerName::IpAddress(addr.ip.into()), tcp),
+            self.tls.connect(ServerName::IpAddress(addr.ip.into()), tcp),
         )
         .await
         .map_err(|_| unreachable(addr, "tls handshake timeout"))?
@@ -241,15 +243,13 @@ impl KubeletClient {
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             let status = resp.status();
             let headers = resp.headers().clone();
-            let body = match tokio::time::timeout(
-                Duration::from_secs(10),
-                resp.into_body().collect(),
-            )
-            .await
-            {
-                Ok(Ok(b)) => b.to_bytes(),
-                _ => Bytes::new(),
-            };
+            let body =
+                match tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
+                    .await
+                {
+                    Ok(Ok(b)) => b.to_bytes(),
+                    _ => Bytes::new(),
+                };
             tracing::debug!(%status, "the kubelet refused the upgrade");
             let mut r = Response::new(Body::from(body));
             *r.status_mut() = status;
@@ -321,7 +321,10 @@ mod tests {
         }))
         .unwrap();
         let err = kubelet_address(&bare, None).unwrap_err();
-        assert!(err.message.contains("no preferred addresses found"), "{err:?}");
+        assert!(
+            err.message.contains("no preferred addresses found"),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -372,11 +372,13 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
         crate::kubelet::APISERVER_CLIENT,
         &["system:masters"],
     )?;
-    let _ = server.kubelet.set(Arc::new(crate::kubelet::KubeletClient::new(
-        &pki.ca.cert_pem,
-        &kubelet_client.cert_pem,
-        &kubelet_client.key_pem,
-    )?));
+    let _ = server
+        .kubelet
+        .set(Arc::new(crate::kubelet::KubeletClient::new(
+            &pki.ca.cert_pem,
+            &kubelet_client.cert_pem,
+            &kubelet_client.key_pem,
+        )?));
     server.bootstrap().await.map_err(ServerError::Bootstrap)?;
     // Serves the custom resources of the stored CRDs before answering, then follows changes.
     crate::registry::crd_controller::start(&server).await?;

@@ -248,19 +248,23 @@ async fn core_document_describes_pods() {
         exec["x-kubernetes-group-version-kind"],
         json!({"group": "", "kind": "PodExecOptions", "version": "v1"})
     );
-    let log = op(&doc, "/api/v1/namespaces/{namespace}/pods/{name}/log", "get");
+    let log = op(
+        &doc,
+        "/api/v1/namespaces/{namespace}/pods/{name}/log",
+        "get",
+    );
     assert_eq!(log["operationId"], "readCoreV1NamespacedPodLog");
     assert_eq!(
         log["responses"]["200"]["content"]["text/plain"]["schema"]["type"],
         "string"
     );
-    let log_params: Vec<&str> = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/log"]
-        ["parameters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let log_params: Vec<&str> =
+        doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/log"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
     assert!(log_params.contains(&"tailLines") && log_params.contains(&"follow"));
     assert_eq!(
         op(

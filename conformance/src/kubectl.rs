@@ -550,23 +550,27 @@ impl Ctx {
         }))
         .await?;
         let api = self.api::<Pod>();
-        eventually(Duration::from_secs(60), "the workload pod to run", || async {
-            let pod = api.get(WORKLOAD).await?;
-            let statuses = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.clone())
-                .unwrap_or_default();
-            ensure!(
-                statuses.len() == 2
-                    && statuses
-                        .iter()
-                        .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some())),
-                "not running yet: {:?}",
-                pod.status.as_ref().and_then(|s| s.phase.clone())
-            );
-            Ok(pod)
-        })
+        eventually(
+            Duration::from_secs(60),
+            "the workload pod to run",
+            || async {
+                let pod = api.get(WORKLOAD).await?;
+                let statuses = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.clone())
+                    .unwrap_or_default();
+                ensure!(
+                    statuses.len() == 2
+                        && statuses
+                            .iter()
+                            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some())),
+                    "not running yet: {:?}",
+                    pod.status.as_ref().and_then(|s| s.phase.clone())
+                );
+                Ok(pod)
+            },
+        )
         .await
     }
 }
@@ -2779,7 +2783,9 @@ async fn logs(c: &Ctx) -> anyhow::Result<()> {
     );
     let err = c.fails(&["logs", WORKLOAD, "-c", "nope"]).await?;
     contains(&err, "container nope is not valid for pod workload")?;
-    let err = c.fails(&["logs", WORKLOAD, "-c", "main", "--previous"]).await?;
+    let err = c
+        .fails(&["logs", WORKLOAD, "-c", "main", "--previous"])
+        .await?;
     contains(
         &err,
         "previous terminated container \"main\" in pod \"workload\" not found",
@@ -2795,14 +2801,25 @@ async fn exec(c: &Ctx) -> anyhow::Result<()> {
         .await?;
     ensure!(out == "hi\n", "exec echo: {out:?}");
     let r = c
-        .run(&["exec", WORKLOAD, "-c", "main", "--", "sh", "-c", "echo out; echo err >&2; exit 7"])
+        .run(&[
+            "exec",
+            WORKLOAD,
+            "-c",
+            "main",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 7",
+        ])
         .await?;
     ensure!(r.code == Some(7), "exit code {:?}: {}", r.code, r.stderr);
     ensure!(r.stdout == "out\n", "stdout: {:?}", r.stdout);
     contains(&r.stderr, "err")?;
     let out = c
         .ok_with(
-            &["exec", "-i", WORKLOAD, "-c", "main", "--", "tr", "a-z", "A-Z"],
+            &[
+                "exec", "-i", WORKLOAD, "-c", "main", "--", "tr", "a-z", "A-Z",
+            ],
             Some("from stdin\n"),
             &[],
         )
@@ -2820,10 +2837,25 @@ async fn cp(c: &Ctx) -> anyhow::Result<()> {
     c.workload().await?;
     let content: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
     let local = c.write("cp/in.txt", &content)?;
-    c.ok(&["cp", &local, &format!("{WORKLOAD}:/tmp/in.txt"), "-c", "main"])
-        .await?;
+    c.ok(&[
+        "cp",
+        &local,
+        &format!("{WORKLOAD}:/tmp/in.txt"),
+        "-c",
+        "main",
+    ])
+    .await?;
     let wc = c
-        .ok(&["exec", WORKLOAD, "-c", "main", "--", "wc", "-c", "/tmp/in.txt"])
+        .ok(&[
+            "exec",
+            WORKLOAD,
+            "-c",
+            "main",
+            "--",
+            "wc",
+            "-c",
+            "/tmp/in.txt",
+        ])
         .await?;
     ensure!(
         wc.split_whitespace().next() == Some(&content.len().to_string()),
@@ -2840,7 +2872,12 @@ async fn cp(c: &Ctx) -> anyhow::Result<()> {
     ])
     .await?;
     let got = std::fs::read_to_string(&back)?;
-    ensure!(got == content, "copied back {} bytes, want {}", got.len(), content.len());
+    ensure!(
+        got == content,
+        "copied back {} bytes, want {}",
+        got.len(),
+        content.len()
+    );
     Ok(())
 }
 
@@ -2849,7 +2886,13 @@ async fn port_forward(c: &Ctx) -> anyhow::Result<()> {
     c.workload().await?;
     let mut child = c
         .command(
-            &["port-forward", &format!("pod/{WORKLOAD}"), ":8080", "--address", "127.0.0.1"],
+            &[
+                "port-forward",
+                &format!("pod/{WORKLOAD}"),
+                ":8080",
+                "--address",
+                "127.0.0.1",
+            ],
             &[],
         )
         .stdin(Stdio::null())

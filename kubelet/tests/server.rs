@@ -196,8 +196,8 @@ async fn connect(addr: SocketAddr, ca: &str, cert: Option<&CertPair>) -> anyhow:
         .with_root_certificates(roots);
     let config = match cert {
         Some(c) => {
-            let certs = rustls_pemfile::certs(&mut c.cert_pem.as_bytes())
-                .collect::<Result<Vec<_>, _>>()?;
+            let certs =
+                rustls_pemfile::certs(&mut c.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
             let key = rustls_pemfile::private_key(&mut c.key_pem.as_bytes())?.unwrap();
             builder.with_client_auth_cert(certs, key)?
         }
@@ -234,7 +234,9 @@ async fn call(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = sender.send_request(req.body(Full::new(Bytes::new()))?).await?;
+    let resp = sender
+        .send_request(req.body(Full::new(Bytes::new()))?)
+        .await?;
     let (parts, body) = resp.into_parts();
     let body = body.collect().await?.to_bytes();
     Ok(Reply {
@@ -354,9 +356,14 @@ async fn kubelet_api_directly() {
         .await
         .unwrap();
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    let r = call(&mut k, Method::GET, "/containerLogs/default/p/c?previous=true", &[])
-        .await
-        .unwrap();
+    let r = call(
+        &mut k,
+        Method::GET,
+        "/containerLogs/default/p/c?previous=true",
+        &[],
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(
         r.body,
@@ -373,7 +380,10 @@ async fn kubelet_api_directly() {
     assert!(s["node"]["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0);
     assert!(s["node"]["memory"]["workingSetBytes"].as_u64().unwrap() > 0);
     let pod = &s["pods"][0];
-    assert_eq!(pod["podRef"], json!({"name": "p", "namespace": "default", "uid": uid}));
+    assert_eq!(
+        pod["podRef"],
+        json!({"name": "p", "namespace": "default", "uid": uid})
+    );
     let c = pod["containers"]
         .as_array()
         .unwrap()
@@ -397,7 +407,10 @@ async fn kubelet_api_directly() {
         "{}",
         r.body
     );
-    assert!(r.body.contains("pod_memory_working_set_bytes{namespace=\"default\",pod=\"p\"} 4096 "));
+    assert!(
+        r.body
+            .contains("pod_memory_working_set_bytes{namespace=\"default\",pod=\"p\"} 4096 ")
+    );
     assert!(r.body.contains("resource_scrape_error 0\n"));
     let r = call(&mut k, Method::GET, "/pods", &[]).await.unwrap();
     let list: serde_json::Value = serde_json::from_str(&r.body).unwrap();
@@ -417,7 +430,10 @@ async fn kubelet_api_directly() {
         .unwrap();
     let mut resp = k.send_request(req).await.unwrap();
     assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
-    assert_eq!(resp.headers()["x-stream-protocol-version"], "v4.channel.k8s.io");
+    assert_eq!(
+        resp.headers()["x-stream-protocol-version"],
+        "v4.channel.k8s.io"
+    );
     let mut io = TokioIo::new(hyper::upgrade::on(&mut resp).await.unwrap());
     io.write_all(b"ping").await.unwrap();
     let mut buf = [0u8; 4];
@@ -425,14 +441,17 @@ async fn kubelet_api_directly() {
     assert_eq!(&buf, b"ping");
     drop(io);
     assert!(
-        env.fake
-            .streams()
-            .contains(&format!("exec {c_id} cat -n stdin=true stdout=true stderr=false tty=false")),
+        env.fake.streams().contains(&format!(
+            "exec {c_id} cat -n stdin=true stdout=true stderr=false tty=false"
+        )),
         "{:?}",
         env.fake.streams()
     );
     let head = env.backend_seen.lock().unwrap().last().cloned().unwrap();
-    assert!(head.starts_with("POST /exec/fake?command=cat&command=-n&stdin=true"), "{head}");
+    assert!(
+        head.starts_with("POST /exec/fake?command=cat&command=-n&stdin=true"),
+        "{head}"
+    );
     assert!(head.to_lowercase().contains("upgrade: spdy/3.1"), "{head}");
 
     // A refused upgrade comes back as it was, and the connection closes.
@@ -454,26 +473,52 @@ async fn kubelet_api_directly() {
     );
 
     let mut k = env.kubelet(Some(&ok)).await.unwrap();
-    let r = call(&mut k, Method::GET, "/exec/default/p/c?command=ls&stdout=1", &[])
-        .await
-        .unwrap();
-    assert_eq!((r.status, r.body.as_str()), (StatusCode::BAD_REQUEST, "Upgrade request required"));
-    let r = call(&mut k, Method::GET, "/exec/default/p/c?command=ls", &upgrade)
-        .await
-        .unwrap();
+    let r = call(
+        &mut k,
+        Method::GET,
+        "/exec/default/p/c?command=ls&stdout=1",
+        &[],
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (r.status, r.body.as_str()),
-        (StatusCode::BAD_REQUEST, "you must specify at least 1 of stdin, stdout, stderr")
+        (StatusCode::BAD_REQUEST, "Upgrade request required")
     );
-    let r = call(&mut k, Method::GET, "/exec/default/p/nope?command=ls&stdout=1", &upgrade)
-        .await
-        .unwrap();
+    let r = call(
+        &mut k,
+        Method::GET,
+        "/exec/default/p/c?command=ls",
+        &upgrade,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr"
+        )
+    );
+    let r = call(
+        &mut k,
+        Method::GET,
+        "/exec/default/p/nope?command=ls&stdout=1",
+        &upgrade,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     // Port-forward asks the runtime for the sandbox's stream with the requested ports.
     let mut k = env.kubelet(Some(&ok)).await.unwrap();
-    let r = call(&mut k, Method::GET, "/portForward/default/p?ports=8080", &upgrade)
-        .await
-        .unwrap();
+    let r = call(
+        &mut k,
+        Method::GET,
+        "/portForward/default/p?ports=8080",
+        &upgrade,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, StatusCode::FORBIDDEN, "the stand-in refuses it");
     assert!(
         env.fake
@@ -487,7 +532,12 @@ async fn kubelet_api_directly() {
     // Only the API server and cluster admins; no certificate, no connection.
     let node = env
         .pki
-        .issue("system:node:n2", &["system:nodes"], &ServingNames::default(), false)
+        .issue(
+            "system:node:n2",
+            &["system:nodes"],
+            &ServingNames::default(),
+            false,
+        )
         .unwrap();
     let mut k = env.kubelet(Some(&node)).await.unwrap();
     let r = call(&mut k, Method::GET, "/stats/summary", &[])
@@ -502,7 +552,10 @@ async fn kubelet_api_directly() {
         let mut k = env.kubelet(None).await?;
         call(&mut k, Method::GET, "/healthz", &[]).await
     };
-    assert!(anonymous.await.is_err(), "an anonymous client got an answer");
+    assert!(
+        anonymous.await.is_err(),
+        "an anonymous client got an answer"
+    );
 }
 
 #[tokio::test]
@@ -537,7 +590,10 @@ async fn through_the_api_server() {
         )
         .await
         .unwrap();
-    assert_eq!(logs, "2024-05-01T10:00:01Z two\n2024-05-01T10:00:02Z three\n");
+    assert_eq!(
+        logs,
+        "2024-05-01T10:00:01Z two\n2024-05-01T10:00:02Z three\n"
+    );
     {
         use futures::{AsyncBufReadExt, TryStreamExt};
         let stream = pods
@@ -588,8 +644,8 @@ async fn through_the_api_server() {
         msg,
         "a container name must be specified for pod p, choose one of: [c d]"
     );
-    let (code, msg) = err(
-        pods.logs(
+    let (code, msg) = err(pods
+        .logs(
             "p",
             &LogParams {
                 container: Some("x".into()),
@@ -597,9 +653,11 @@ async fn through_the_api_server() {
             },
         )
         .await
-        .unwrap_err(),
+        .unwrap_err());
+    assert_eq!(
+        (code, msg.as_str()),
+        (400, "container x is not valid for pod p")
     );
-    assert_eq!((code, msg.as_str()), (400, "container x is not valid for pod p"));
     let (code, _) = err(pods.logs("nope", &LogParams::default()).await.unwrap_err());
     assert_eq!(code, 404);
     let waiting: Pod = serde_json::from_value(json!({
@@ -614,7 +672,10 @@ async fn through_the_api_server() {
     let (code, msg) = err(pods.logs("w", &LogParams::default()).await.unwrap_err());
     assert_eq!(
         (code, msg.as_str()),
-        (400, "container \"c\" in pod \"w\" is waiting to start: ErrImageNeverPull")
+        (
+            400,
+            "container \"c\" in pod \"w\" is waiting to start: ErrImageNeverPull"
+        )
     );
     let unscheduled: Pod = serde_json::from_value(json!({
         "metadata": {"name": "u"},
@@ -632,9 +693,14 @@ async fn through_the_api_server() {
         .await
         .unwrap();
     assert_eq!((r.status, r.body.as_str()), (StatusCode::OK, "ok"));
-    let r = call(&mut a, Method::GET, "/api/v1/nodes/n1/proxy/stats/summary?only_cpu_and_memory=true", &[])
-        .await
-        .unwrap();
+    let r = call(
+        &mut a,
+        Method::GET,
+        "/api/v1/nodes/n1/proxy/stats/summary?only_cpu_and_memory=true",
+        &[],
+    )
+    .await
+    .unwrap();
     let s: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(s["node"]["nodeName"], "n1");
     assert!(s["node"]["fs"].is_null(), "only cpu and memory: {s}");
@@ -646,7 +712,9 @@ async fn through_the_api_server() {
     // exec through both hops: upgraded end to end.
     let req = Request::builder()
         .method(Method::POST)
-        .uri("/api/v1/namespaces/default/pods/p/exec?container=d&command=cat&stdin=true&stdout=true")
+        .uri(
+            "/api/v1/namespaces/default/pods/p/exec?container=d&command=cat&stdin=true&stdout=true",
+        )
         .header(header::HOST, "test")
         .header("connection", "Upgrade")
         .header("upgrade", "SPDY/3.1")
@@ -672,30 +740,61 @@ async fn through_the_api_server() {
     )
     .await
     .unwrap();
-    assert_eq!((r.status, r.body.as_str()), (StatusCode::FORBIDDEN, "attach refused"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (StatusCode::FORBIDDEN, "attach refused")
+    );
     assert_eq!(r.headers[header::CONNECTION], "close");
     assert!(call(&mut a, Method::GET, "/healthz", &[]).await.is_err());
 
     // Upstream's checks before the kubelet is called.
     let mut a = env.apiserver().await;
-    let r = call(&mut a, Method::GET, "/api/v1/namespaces/default/pods/p/exec?container=d&command=ls&stdout=1", &[])
-        .await
-        .unwrap();
+    let r = call(
+        &mut a,
+        Method::GET,
+        "/api/v1/namespaces/default/pods/p/exec?container=d&command=ls&stdout=1",
+        &[],
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.body.contains("Upgrade request required"), "{}", r.body);
-    let r = call(&mut a, Method::GET, "/api/v1/namespaces/default/pods/u/exec?command=ls&stdout=1", &upgrade)
-        .await
-        .unwrap();
+    let r = call(
+        &mut a,
+        Method::GET,
+        "/api/v1/namespaces/default/pods/u/exec?command=ls&stdout=1",
+        &upgrade,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(r.body.contains("pod u does not have a host assigned"), "{}", r.body);
-    let r = call(&mut a, Method::GET, "/api/v1/namespaces/default/pods/p/exec?container=zz&command=ls&stdout=1", &upgrade)
-        .await
-        .unwrap();
-    assert!(r.body.contains("container zz is not valid for pod p"), "{}", r.body);
+    assert!(
+        r.body.contains("pod u does not have a host assigned"),
+        "{}",
+        r.body
+    );
+    let r = call(
+        &mut a,
+        Method::GET,
+        "/api/v1/namespaces/default/pods/p/exec?container=zz&command=ls&stdout=1",
+        &upgrade,
+    )
+    .await
+    .unwrap();
+    assert!(
+        r.body.contains("container zz is not valid for pod p"),
+        "{}",
+        r.body
+    );
     // The kubelet's own refusal (the container is not running) reaches the client.
-    let r = call(&mut a, Method::GET, "/api/v1/namespaces/default/pods/p/exec?container=c&command=ls&stdout=1", &upgrade)
-        .await
-        .unwrap();
+    let r = call(
+        &mut a,
+        Method::GET,
+        "/api/v1/namespaces/default/pods/p/exec?container=c&command=ls&stdout=1",
+        &upgrade,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.body, "container not found (\"c\")");
 

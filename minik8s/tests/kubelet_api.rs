@@ -274,14 +274,18 @@ fn pod(value: serde_json::Value) -> Pod {
 }
 
 async fn running(pods: &Api<Pod>, name: &str) -> Pod {
-    eventually(Duration::from_secs(60), &format!("{name} to run"), || async {
-        let p = pods.get(name).await.ok()?;
-        let statuses = p.status.as_ref()?.container_statuses.clone()?;
-        statuses
-            .iter()
-            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-            .then_some(p)
-    })
+    eventually(
+        Duration::from_secs(60),
+        &format!("{name} to run"),
+        || async {
+            let p = pods.get(name).await.ok()?;
+            let statuses = p.status.as_ref()?.container_statuses.clone()?;
+            statuses
+                .iter()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                .then_some(p)
+        },
+    )
     .await
 }
 
@@ -371,7 +375,10 @@ async fn logs_exec_attach_and_port_forward() {
     })
     .await;
     assert!(all.starts_with("started\n"), "{all:?}");
-    assert!(all.contains("to-stderr\n"), "stderr is interleaved: {all:?}");
+    assert!(
+        all.contains("to-stderr\n"),
+        "stderr is interleaved: {all:?}"
+    );
     let tail = pods
         .logs(
             "web",
@@ -502,11 +509,18 @@ async fn logs_exec_attach_and_port_forward() {
     p.join().await.unwrap();
     assert_eq!((out.as_str(), err.as_str()), ("out\n", "err\n"));
     assert_eq!(status.status.as_deref(), Some("Failure"), "{status:?}");
-    assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"), "{status:?}");
+    assert_eq!(
+        status.reason.as_deref(),
+        Some("NonZeroExitCode"),
+        "{status:?}"
+    );
     let code = status
         .details
         .and_then(|d| d.causes)
-        .and_then(|c| c.into_iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
+        .and_then(|c| {
+            c.into_iter()
+                .find(|c| c.reason.as_deref() == Some("ExitCode"))
+        })
         .and_then(|c| c.message);
     assert_eq!(code.as_deref(), Some("3"));
     // stdin reaches the command; a clean exit says Success.
@@ -616,7 +630,16 @@ async fn logs_exec_attach_and_port_forward() {
         "-c",
         "main",
     ]);
-    let sum = cluster.kubectl_ok(&["exec", "web", "-c", "main", "--", "wc", "-c", "/tmp/payload.bin"]);
+    let sum = cluster.kubectl_ok(&[
+        "exec",
+        "web",
+        "-c",
+        "main",
+        "--",
+        "wc",
+        "-c",
+        "/tmp/payload.bin",
+    ]);
     assert!(sum.starts_with("300000 "), "{sum:?}");
     let back = cluster.dir.path().join("back.bin");
     cluster.kubectl_ok(&[

@@ -46,7 +46,10 @@ pub async fn serve(server: &Arc<ApiServer>, r: ResourceRequest, req: Request) ->
     result.unwrap_or_else(|e| status_response(&e))
 }
 
-fn registry<K: minik8s_api::strategy::Kind>(server: &ApiServer, plural: &str) -> GenericRegistry<BuiltIn<K>> {
+fn registry<K: minik8s_api::strategy::Kind>(
+    server: &ApiServer,
+    plural: &str,
+) -> GenericRegistry<BuiltIn<K>> {
     let info = built_in()
         .into_iter()
         .find(|i| i.group.is_empty() && i.plural == plural)
@@ -96,7 +99,11 @@ fn names(containers: &[k8s_openapi::api::core::v1::Container]) -> String {
 }
 
 /// The container a request names, or the pod's only container (upstream's messages).
-pub fn container_of(pod: &Pod, requested: Option<&str>, with_init: bool) -> Result<String, ApiError> {
+pub fn container_of(
+    pod: &Pod,
+    requested: Option<&str>,
+    with_init: bool,
+) -> Result<String, ApiError> {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let inits = spec.init_containers.clone().unwrap_or_default();
@@ -155,9 +162,7 @@ pub fn log_options(name: &str, q: &[(String, String)]) -> Result<Vec<(String, St
         match param(q, key).filter(|v| !v.is_empty()) {
             None => Ok(None),
             Some(v) => v.parse::<i64>().map(Some).map_err(|_| {
-                ApiError::bad_request(format!(
-                    "strconv.ParseInt: parsing {v:?}: invalid syntax"
-                ))
+                ApiError::bad_request(format!("strconv.ParseInt: parsing {v:?}: invalid syntax"))
             }),
         }
     };
@@ -248,9 +253,7 @@ fn seg(s: &str) -> String {
 }
 
 /// A kubelet's non-success answer as a Status (upstream's GenericHttpResponseChecker).
-async fn kubelet_failure(
-    resp: http::Response<hyper::body::Incoming>,
-) -> ApiError {
+async fn kubelet_failure(resp: http::Response<hyper::body::Incoming>) -> ApiError {
     let code = resp.status().as_u16();
     let body = match tokio::time::timeout(
         std::time::Duration::from_secs(5),
@@ -265,15 +268,39 @@ async fn kubelet_failure(
         .trim()
         .to_string();
     let (reason, default) = match code {
-        400 => ("BadRequest", "the server rejected our request for an unknown reason"),
-        401 => ("Unauthorized", "the server has asked for the client to provide credentials"),
-        403 => ("Forbidden", "the server does not allow access to the requested resource"),
-        404 => ("NotFound", "the server could not find the requested resource"),
+        400 => (
+            "BadRequest",
+            "the server rejected our request for an unknown reason",
+        ),
+        401 => (
+            "Unauthorized",
+            "the server has asked for the client to provide credentials",
+        ),
+        403 => (
+            "Forbidden",
+            "the server does not allow access to the requested resource",
+        ),
+        404 => (
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
         409 => ("Conflict", "the server reported a conflict"),
-        429 => ("TooManyRequests", "the server has received too many requests and has asked us to try again later"),
-        500 => ("InternalError", "an error on the server has prevented the request from succeeding"),
-        503 => ("ServiceUnavailable", "the server is currently unable to handle the request"),
-        504 => ("Timeout", "the server was unable to return a response in the time allotted"),
+        429 => (
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        ),
+        500 => (
+            "InternalError",
+            "an error on the server has prevented the request from succeeding",
+        ),
+        503 => (
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        ),
+        504 => (
+            "Timeout",
+            "the server was unable to return a response in the time allotted",
+        ),
         _ => ("", ""),
     };
     ApiError {
@@ -282,7 +309,9 @@ async fn kubelet_failure(
         message: if !text.is_empty() {
             text
         } else if default.is_empty() {
-            format!("the server responded with the status code {code} but did not return more information")
+            format!(
+                "the server responded with the status code {code} but did not return more information"
+            )
         } else {
             default.to_string()
         },
@@ -302,7 +331,10 @@ async fn log(server: &ApiServer, r: &ResourceRequest, req: Request) -> Result<Re
         ));
     }
     let name = r.name.as_deref().unwrap_or_default();
-    let ns = r.namespace.as_deref().ok_or_else(ApiError::path_not_found)?;
+    let ns = r
+        .namespace
+        .as_deref()
+        .ok_or_else(ApiError::path_not_found)?;
     let q = query(&req);
     let opts = log_options(name, &q)?;
     let pod: Pod = registry::<Pod>(server, "pods").get(Some(ns), name).await?;
@@ -360,7 +392,10 @@ async fn stream(
             &req.method().as_str().to_lowercase(),
         ));
     }
-    let ns = r.namespace.as_deref().ok_or_else(ApiError::path_not_found)?;
+    let ns = r
+        .namespace
+        .as_deref()
+        .ok_or_else(ApiError::path_not_found)?;
     let pod: Pod = registry::<Pod>(server, "pods").get(Some(ns), name).await?;
     let q = query(&req);
     let container = if sub == "portforward" {
@@ -478,7 +513,10 @@ mod tests {
             "i"
         );
         let e = container_of(&pod(&["a"], &[]), Some("x"), false).unwrap_err();
-        assert_eq!((e.code, e.message.as_str()), (400, "container x is not valid for pod p"));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "container x is not valid for pod p")
+        );
         let e = container_of(&pod(&["a", "b"], &["i"]), None, false).unwrap_err();
         assert_eq!(
             e.message,
@@ -502,18 +540,41 @@ mod tests {
     fn log_option_rules() {
         let out = log_options(
             "p",
-            &q(&[("follow", "true"), ("tailLines", "3"), ("container", "c"), ("timestamps", "false")]),
+            &q(&[
+                ("follow", "true"),
+                ("tailLines", "3"),
+                ("container", "c"),
+                ("timestamps", "false"),
+            ]),
         )
         .unwrap();
         assert_eq!(out, q(&[("follow", "true"), ("tailLines", "3")]));
         let e = log_options("p", &q(&[("tailLines", "-1")])).unwrap_err();
         assert_eq!(e.code, 422);
         assert!(e.message.contains("tailLines"), "{}", e.message);
-        let e = log_options("p", &q(&[("sinceSeconds", "5"), ("sinceTime", "2024-01-01T00:00:00Z")]))
-            .unwrap_err();
+        let e = log_options(
+            "p",
+            &q(&[("sinceSeconds", "5"), ("sinceTime", "2024-01-01T00:00:00Z")]),
+        )
+        .unwrap_err();
         assert!(e.message.contains("at most one of"), "{}", e.message);
-        assert_eq!(log_options("p", &q(&[("limitBytes", "0")])).unwrap_err().code, 422);
-        assert_eq!(log_options("p", &q(&[("tailLines", "x")])).unwrap_err().code, 400);
-        assert_eq!(log_options("p", &q(&[("sinceTime", "yesterday")])).unwrap_err().code, 400);
+        assert_eq!(
+            log_options("p", &q(&[("limitBytes", "0")]))
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            log_options("p", &q(&[("tailLines", "x")]))
+                .unwrap_err()
+                .code,
+            400
+        );
+        assert_eq!(
+            log_options("p", &q(&[("sinceTime", "yesterday")]))
+                .unwrap_err()
+                .code,
+            400
+        );
     }
 }

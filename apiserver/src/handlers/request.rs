@@ -233,7 +233,11 @@ mod tests {
         assert!(parse(&Method::GET, "/api/v1/a/b/c/d", None).is_none());
         let r = res(Method::GET, "/api/v1/nodes/n1/proxy/stats/summary", None);
         assert_eq!(
-            (r.name.as_deref(), r.subresource.as_deref(), r.subpath.as_deref()),
+            (
+                r.name.as_deref(),
+                r.subresource.as_deref(),
+                r.subpath.as_deref()
+            ),
             (Some("n1"), Some("proxy"), Some("/stats/summary"))
         );
         let r = res(Method::GET, "/api/v1/nodes/n1/proxy/", None);

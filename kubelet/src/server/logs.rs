@@ -46,18 +46,14 @@ impl LogOptions {
                 "previous" => o.previous = flag(v)?,
                 "timestamps" => o.timestamps = flag(v)?,
                 "tailLines" => {
-                    let n: i64 = v
-                        .parse()
-                        .map_err(|_| format!("invalid tailLines {v:?}"))?;
+                    let n: i64 = v.parse().map_err(|_| format!("invalid tailLines {v:?}"))?;
                     if n < 0 {
                         return Err("tailLines: must be greater than or equal to 0".into());
                     }
                     o.tail_lines = Some(n as u64);
                 }
                 "limitBytes" => {
-                    let n: i64 = v
-                        .parse()
-                        .map_err(|_| format!("invalid limitBytes {v:?}"))?;
+                    let n: i64 = v.parse().map_err(|_| format!("invalid limitBytes {v:?}"))?;
                     if n < 1 {
                         return Err("limitBytes: must be greater than 0".into());
                     }
@@ -547,11 +543,15 @@ mod tests {
             },
         ));
         assert_eq!(rx.recv().await.unwrap().unwrap(), "first\n");
-        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
         f.write_all(b"2024-05-01T10:00:01Z stdout P sec").unwrap();
         f.flush().unwrap();
         tokio::time::sleep(Duration::from_millis(150)).await;
-        f.write_all(b"\n2024-05-01T10:00:01Z stdout F ond\n").unwrap();
+        f.write_all(b"\n2024-05-01T10:00:01Z stdout F ond\n")
+            .unwrap();
         let mut got = Vec::new();
         while got != b"second\n" {
             got.extend_from_slice(&rx.recv().await.unwrap().unwrap());

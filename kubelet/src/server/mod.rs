@@ -273,7 +273,12 @@ async fn pods(State(k): State<Arc<KubeletServer>>) -> Response {
 }
 
 /// The pod `ns/name` when it runs on this node (and has `uid`, if given).
-async fn node_pod(k: &KubeletServer, ns: &str, name: &str, uid: Option<&str>) -> Result<Pod, Response> {
+async fn node_pod(
+    k: &KubeletServer,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<Pod, Response> {
     let api: Api<Pod> = Api::namespaced(k.shared.client.clone(), ns);
     let pod = match api.get_opt(name).await {
         Ok(p) => p,
@@ -295,7 +300,10 @@ fn has_container(pod: &Pod, name: &str) -> bool {
     pod.spec.as_ref().is_some_and(|s| {
         s.containers.iter().any(|c| c.name == name)
             || s.init_containers.iter().flatten().any(|c| c.name == name)
-            || s.ephemeral_containers.iter().flatten().any(|c| c.name == name)
+            || s.ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == name)
     })
 }
 
@@ -344,7 +352,9 @@ pub fn log_container_id(pod: &Pod, container: &str, previous: bool) -> Result<St
             .as_deref()
             .map(|id| strip_scheme(id).to_string())
             .ok_or_else(|| {
-                format!("container {container:?} in pod {pod_name:?} is waiting to start - no logs yet")
+                format!(
+                    "container {container:?} in pod {pod_name:?} is waiting to start - no logs yet"
+                )
             });
     }
     if let Some(t) = &state.terminated {
@@ -356,7 +366,12 @@ pub fn log_container_id(pod: &Pod, container: &str, previous: bool) -> Result<St
             },
         };
     }
-    if cs.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+    if cs
+        .last_state
+        .as_ref()
+        .and_then(|l| l.terminated.as_ref())
+        .is_some()
+    {
         return match last {
             Some(id) => Ok(strip_scheme(&id).to_string()),
             None => terminated(),
@@ -371,9 +386,9 @@ pub fn log_container_id(pod: &Pod, container: &str, previous: bool) -> Result<St
             "ImagePullBackOff" => format!(
                 "container {container:?} in pod {pod_name:?} is waiting to start: trying and failing to pull image"
             ),
-            _ => format!(
-                "container {container:?} in pod {pod_name:?} is waiting to start: {reason}"
-            ),
+            _ => {
+                format!("container {container:?} in pod {pod_name:?} is waiting to start: {reason}")
+            }
         });
     }
     Err(format!(
@@ -431,13 +446,11 @@ async fn container_logs(
                 .is_ok_and(|s| s.state == cri::ContainerState::ContainerRunning as i32)
         }
     }));
-    let mut resp = Response::new(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(
-        rx,
-    )));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain"),
-    );
+    let mut resp = Response::new(Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     resp
 }
 
@@ -455,7 +468,8 @@ struct StreamOpts {
     tty: bool,
 }
 
-fn stream_opts(query: &[(String, String)]) -> Result<StreamOpts, Response> {
+/// The streams asked for; the error is a 400's message.
+fn stream_opts(query: &[(String, String)]) -> Result<StreamOpts, String> {
     let mut o = StreamOpts {
         stdin: stream_flag(query, "stdin") || stream_flag(query, "input"),
         stdout: stream_flag(query, "stdout") || stream_flag(query, "output"),
@@ -463,10 +477,7 @@ fn stream_opts(query: &[(String, String)]) -> Result<StreamOpts, Response> {
         tty: stream_flag(query, "tty"),
     };
     if !o.stdin && !o.stdout && !o.stderr {
-        return Err(text(
-            StatusCode::BAD_REQUEST,
-            "you must specify at least 1 of stdin, stdout, stderr",
-        ));
+        return Err("you must specify at least 1 of stdin, stdout, stderr".into());
     }
     if o.tty && o.stderr {
         // As upstream: a terminal has no separate stderr.
@@ -519,7 +530,7 @@ async fn stream_container(
     let query = query_of(&req);
     let opts = match stream_opts(&query) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
     let pod = match node_pod(&k, &ns, &name, uid.as_deref()).await {
         Ok(p) => p,
@@ -578,9 +589,7 @@ fn runtime_error(e: &crate::runtime::RuntimeError) -> Response {
     let code = match e.code {
         tonic::Code::NotFound => StatusCode::NOT_FOUND,
         tonic::Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-        tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition => {
-            StatusCode::BAD_REQUEST
-        }
+        tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     text(code, e.to_string())
@@ -619,17 +628,15 @@ async fn attach_uid(
 }
 
 /// Ports of a port-forward request (`?ports=80,8080` or repeated `port`/`ports`).
-fn forward_ports(query: &[(String, String)]) -> Result<Vec<i32>, Response> {
+/// The error is a 400's message.
+fn forward_ports(query: &[(String, String)]) -> Result<Vec<i32>, String> {
     let mut ports = Vec::new();
     for (_, v) in query.iter().filter(|(k, _)| k == "ports" || k == "port") {
         for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match p.parse::<u16>() {
                 Ok(n) if n > 0 => ports.push(i32::from(n)),
                 _ => {
-                    return Err(text(
-                        StatusCode::BAD_REQUEST,
-                        format!("unable to parse {p:?} as a port"),
-                    ));
+                    return Err(format!("unable to parse {p:?} as a port"));
                 }
             }
         }
@@ -646,7 +653,7 @@ async fn forward(
 ) -> Response {
     let ports = match forward_ports(&query_of(&req)) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
     let pod = match node_pod(&k, &ns, &name, uid.as_deref()).await {
         Ok(p) => p,
@@ -694,7 +701,9 @@ async fn port_forward_uid(
 }
 
 /// The summary now, read from the runtime and the host.
-pub async fn collect_summary(k: &KubeletServer) -> Result<stats::Summary, crate::runtime::RuntimeError> {
+pub async fn collect_summary(
+    k: &KubeletServer,
+) -> Result<stats::Summary, crate::runtime::RuntimeError> {
     let rt = &k.shared.runtime;
     let sandboxes = rt.list_pod_sandboxes().await?;
     let containers = rt.list_containers().await?;
@@ -806,8 +815,14 @@ mod tests {
                 .unwrap()
                 .0
         };
-        assert_eq!(forward_ports(&q("ports=80,8080")).ok(), Some(vec![80, 8080]));
-        assert_eq!(forward_ports(&q("port=80&port=81")).ok(), Some(vec![80, 81]));
+        assert_eq!(
+            forward_ports(&q("ports=80,8080")).ok(),
+            Some(vec![80, 8080])
+        );
+        assert_eq!(
+            forward_ports(&q("port=80&port=81")).ok(),
+            Some(vec![80, 81])
+        );
         assert!(forward_ports(&q("ports=x")).is_err());
         assert!(forward_ports(&q("ports=0")).is_err());
     }

@@ -79,7 +79,10 @@ pub async fn upgrade(mut req: Request<Body>, url: &str) -> Response {
         (None, None) => {}
     }
     let port = authority.port_u16().unwrap_or(80);
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
     let stream = match tokio::time::timeout(
         Duration::from_secs(10),
         tokio::net::TcpStream::connect((host, port)),
@@ -141,12 +144,11 @@ pub async fn upgrade(mut req: Request<Body>, url: &str) -> Response {
         // Refused: answer with what the runtime said and close; nothing is upgraded.
         let status = resp.status();
         let headers = resp.headers().clone();
-        let body = match tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
-            .await
-        {
-            Ok(Ok(b)) => b.to_bytes(),
-            _ => Bytes::new(),
-        };
+        let body =
+            match tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect()).await {
+                Ok(Ok(b)) => b.to_bytes(),
+                _ => Bytes::new(),
+            };
         let mut r = Response::new(Body::from(body));
         *r.status_mut() = status;
         for (k, v) in &headers {
@@ -192,7 +194,10 @@ mod tests {
     fn upgrade_requests() {
         let mut h = HeaderMap::new();
         assert!(!is_upgrade(&h));
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, Upgrade"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
         assert!(!is_upgrade(&h));
         h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
         assert!(is_upgrade(&h));

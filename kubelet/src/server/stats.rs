@@ -155,10 +155,7 @@ pub struct PodStats {
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
-    #[serde(
-        rename = "ephemeral-storage",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
     pub ephemeral_storage: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process_stats: Option<ProcessStats>,
@@ -433,7 +430,10 @@ pub fn summarize(inp: &Inputs) -> Summary {
             memory: inp.node.memory.clone(),
             network: inp.node.network.clone(),
             fs: inp.node.fs.clone(),
-            runtime: inp.image_fs.clone().map(|fs| RuntimeStats { image_fs: Some(fs) }),
+            runtime: inp
+                .image_fs
+                .clone()
+                .map(|fs| RuntimeStats { image_fs: Some(fs) }),
             rlimit: inp.node.rlimit.clone(),
         },
         pods,
@@ -489,16 +489,17 @@ fn escape(v: &str) -> String {
 /// sample stamped with the time it was measured.
 pub fn resource_metrics(s: Option<&Summary>) -> String {
     let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64, Option<i64>)>| {
-        let _ = writeln!(out, "# HELP {name} [STABLE] {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, v, ts) in samples {
-            let _ = match ts {
-                Some(ts) => writeln!(out, "{name}{labels} {v} {ts}"),
-                None => writeln!(out, "{name}{labels} {v}"),
-            };
-        }
-    };
+    let mut family =
+        |name: &str, kind: &str, help: &str, samples: Vec<(String, f64, Option<i64>)>| {
+            let _ = writeln!(out, "# HELP {name} [STABLE] {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, v, ts) in samples {
+                let _ = match ts {
+                    Some(ts) => writeln!(out, "{name}{labels} {v} {ts}"),
+                    None => writeln!(out, "{name}{labels} {v}"),
+                };
+            }
+        };
     let container_labels = |p: &PodStats, c: &ContainerStats| {
         format!(
             "{{container=\"{}\",namespace=\"{}\",pod=\"{}\"}}",
@@ -742,7 +743,10 @@ pub fn sample_host(root: &Path, previous: Option<CpuSample>) -> (NodeSample, Opt
     let now = jiff::Timestamp::now().as_nanosecond() as i64;
     let stat = read("/proc/stat");
     let busy = host_cpu_ns(&stat);
-    let sample = busy.map(|busy_ns| CpuSample { at_ns: now, busy_ns });
+    let sample = busy.map(|busy_ns| CpuSample {
+        at_ns: now,
+        busy_ns,
+    });
     let nano_cores = match (previous, sample) {
         (Some(p), Some(s)) if s.at_ns > p.at_ns && s.busy_ns >= p.busy_ns => Some(
             ((s.busy_ns - p.busy_ns) as u128 * 1_000_000_000 / (s.at_ns - p.at_ns) as u128) as u64,

@@ -985,7 +985,10 @@ fn connect_query(name: &str) -> Value {
             "integer",
             "List of ports to forward Required when using WebSockets",
         ),
-        "path" => ("string", "Path is the URL path to use for the current proxy request to node."),
+        "path" => (
+            "string",
+            "Path is the URL path to use for the current proxy request to node.",
+        ),
         "follow" => (
             "boolean",
             "Follow the log stream of the pod. Defaults to false.",
@@ -1155,12 +1158,7 @@ fn connect_subresource(
     if query_names == ["path"] {
         // `.../proxy/{path}`: the path is a path parameter there.
         let mut params = path_params();
-        params.push(param(
-            "path",
-            "path",
-            "string",
-            "path to the resource",
-        ));
+        params.push(param("path", "path", "string", "path to the resource"));
         let with_path = format!("{path}/{{path}}");
         for m in &methods {
             paths.op(&with_path, &params, m, op(m, true));
