@@ -152,7 +152,7 @@ const BUILT_IN: &[Def] = &[
     def("", "v1", "Pod", "pods", true)
         .short(&["po"])
         .categories(ALL)
-        .sub(&["status", "binding"]),
+        .sub(&["attach", "binding", "exec", "log", "portforward", "status"]),
     def("", "v1", "Service", "services", true)
         .short(&["svc"])
         .categories(ALL)
@@ -163,7 +163,7 @@ const BUILT_IN: &[Def] = &[
     def("", "v1", "Secret", "secrets", true),
     def("", "v1", "Node", "nodes", false)
         .short(&["no"])
-        .sub(&["status"]),
+        .sub(&["proxy", "status"]),
     def("", "v1", "Event", "events", true).short(&["ev"]),
     def("", "v1", "ServiceAccount", "serviceaccounts", true).short(&["sa"]),
     def("", "v1", "PersistentVolume", "persistentvolumes", false)
@@ -285,6 +285,17 @@ fn subresource(parent: &Def, name: &str) -> Subresource {
             verbs(&["get", "patch", "update"]),
         ),
         "binding" => ("Binding", "", "v1", verbs(&["create"])),
+        // Served by the node's kubelet, through the API server.
+        "log" => (parent.kind, "", "v1", verbs(&["get"])),
+        "exec" => ("PodExecOptions", "", "v1", verbs(&["create", "get"])),
+        "attach" => ("PodAttachOptions", "", "v1", verbs(&["create", "get"])),
+        "portforward" => ("PodPortForwardOptions", "", "v1", verbs(&["create", "get"])),
+        "proxy" if parent.kind == "Node" => (
+            "NodeProxyOptions",
+            "",
+            "v1",
+            verbs(&["create", "delete", "get", "patch", "update"]),
+        ),
         "finalize" => (
             parent.kind,
             parent.group,
@@ -358,6 +369,14 @@ mod tests {
         assert_eq!(deploy.api_version(), "apps/v1");
         assert_eq!(deploy.subresource("scale").unwrap().kind, "Scale");
         assert_eq!(deploy.key_root(), "/registry/deployments/");
+        let pods = all.iter().find(|r| r.plural == "pods").unwrap();
+        assert_eq!(pods.subresource("exec").unwrap().kind, "PodExecOptions");
+        assert_eq!(pods.subresource("log").unwrap().verbs, vec!["get"]);
+        let nodes = all.iter().find(|r| r.plural == "nodes").unwrap();
+        assert_eq!(
+            nodes.subresource("proxy").unwrap().verbs,
+            vec!["create", "delete", "get", "patch", "update"]
+        );
         for r in &all {
             assert!(
                 group_order().contains(&r.group.as_str()),

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod builtin;
 pub mod fieldmanager;
 pub mod handlers;
+pub mod kubelet;
 pub mod metrics;
 pub mod pki;
 pub mod protobuf;

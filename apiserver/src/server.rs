@@ -58,6 +58,9 @@ pub struct ApiServer {
     pub address: String,
     /// Kinds' schemas and the OpenAPI documents built from them.
     pub openapi: OpenApi,
+    /// How to reach kubelets (logs, exec, port-forward, node proxy); set once certificates
+    /// exist.
+    pub kubelet: std::sync::OnceLock<Arc<crate::kubelet::KubeletClient>>,
     endpoints: RwLock<Endpoints>,
 }
 
@@ -80,6 +83,7 @@ impl ApiServer {
             options,
             address,
             openapi: OpenApi::new(),
+            kubelet: std::sync::OnceLock::new(),
             endpoints: RwLock::new(BTreeMap::new()),
         });
         builtin::register(&server);
@@ -362,6 +366,19 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
         .unwrap_or(IpAddr::from([127, 0, 0, 1]));
     let address = SocketAddr::new(advertised, config.secure_port).to_string();
     let server = ApiServer::new(store, metrics, auth, config.serve.clone(), address);
+    // The identity the API server presents to kubelets.
+    let kubelet_client = pki.client(
+        "apiserver-kubelet-client",
+        crate::kubelet::APISERVER_CLIENT,
+        &["system:masters"],
+    )?;
+    let _ = server
+        .kubelet
+        .set(Arc::new(crate::kubelet::KubeletClient::new(
+            &pki.ca.cert_pem,
+            &kubelet_client.cert_pem,
+            &kubelet_client.key_pem,
+        )?));
     server.bootstrap().await.map_err(ServerError::Bootstrap)?;
     // Serves the custom resources of the stored CRDs before answering, then follows changes.
     crate::registry::crd_controller::start(&server).await?;

@@ -236,6 +236,48 @@ async fn core_document_describes_pods() {
         "replaceCoreV1NamespaceFinalize"
     );
     assert!(doc["paths"]["/api/v1/nodes"]["delete"].is_object());
+    // What kubelets serve through the API server, shaped as upstream's.
+    let exec = op(
+        &doc,
+        "/api/v1/namespaces/{namespace}/pods/{name}/exec",
+        "post",
+    );
+    assert_eq!(exec["operationId"], "connectCoreV1PostNamespacedPodExec");
+    assert_eq!(exec["x-kubernetes-action"], "connect");
+    assert_eq!(
+        exec["x-kubernetes-group-version-kind"],
+        json!({"group": "", "kind": "PodExecOptions", "version": "v1"})
+    );
+    let log = op(
+        &doc,
+        "/api/v1/namespaces/{namespace}/pods/{name}/log",
+        "get",
+    );
+    assert_eq!(log["operationId"], "readCoreV1NamespacedPodLog");
+    assert_eq!(
+        log["responses"]["200"]["content"]["text/plain"]["schema"]["type"],
+        "string"
+    );
+    let log_params: Vec<&str> =
+        doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/log"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+    assert!(log_params.contains(&"tailLines") && log_params.contains(&"follow"));
+    assert_eq!(
+        op(
+            &doc,
+            "/api/v1/namespaces/{namespace}/pods/{name}/portforward",
+            "get"
+        )["operationId"],
+        "connectCoreV1GetNamespacedPodPortforward"
+    );
+    assert_eq!(
+        op(&doc, "/api/v1/nodes/{name}/proxy/{path}", "put")["operationId"],
+        "connectCoreV1PutNodeProxyWithPath"
+    );
     assert!(doc["paths"]["/apis/apps/v1/deployments"].is_null());
 }
 
@@ -303,6 +345,8 @@ async fn every_document_resolves_and_marks_patch_operations() {
             .unwrap()
             .values()
             .filter_map(|p| p.get("patch"))
+            // Connect operations (nodes/proxy) carry their options kind, as upstream's.
+            .filter(|p| p["x-kubernetes-action"] != "connect")
             .collect();
         // authorization.k8s.io serves only reviews, which are created and never patched.
         if gv != "apis/authorization.k8s.io/v1" {

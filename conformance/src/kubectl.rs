@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -103,6 +103,10 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "apply-kustomize" => apply_kustomize,
     "custom-resources" => custom_resources,
     "pod-lifecycle" => pod_lifecycle,
+    "logs" => logs,
+    "exec" => exec,
+    "cp" => cp,
+    "port-forward" => port_forward,
     "errors" => errors,
 };
 
@@ -510,6 +514,68 @@ impl Ctx {
         Ok((cm, deploy))
     }
 }
+
+impl Ctx {
+    /// A running pod of the suite for the cases that need one (logs, exec, cp,
+    /// port-forward), placed on the cluster's first ready node (there is no scheduler): `main`
+    /// prints `started`, then `tick N` every second; `web` serves `/index.html` on 8080.
+    async fn workload(&self) -> anyhow::Result<Pod> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = nodes
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .and_then(|n| n.metadata.name)
+            .context("no ready node to run a pod on")?;
+        self.ensure::<Pod>(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": WORKLOAD, "labels": {"app": "workload"}},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c",
+                        "echo started; i=0; while true; do i=$((i+1)); echo tick $i; sleep 1; done"]},
+                    {"name": "web", "image": "busybox:1.36", "command": ["sh", "-c",
+                        "mkdir -p /www && echo hello-from-web > /www/index.html && exec httpd -f -p 8080 -h /www"]}
+                ]
+            }
+        }))
+        .await?;
+        let api = self.api::<Pod>();
+        eventually(
+            Duration::from_secs(60),
+            "the workload pod to run",
+            || async {
+                let pod = api.get(WORKLOAD).await?;
+                let statuses = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.clone())
+                    .unwrap_or_default();
+                ensure!(
+                    statuses.len() == 2
+                        && statuses
+                            .iter()
+                            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some())),
+                    "not running yet: {:?}",
+                    pod.status.as_ref().and_then(|s| s.phase.clone())
+                );
+                Ok(pod)
+            },
+        )
+        .await
+    }
+}
+
+const WORKLOAD: &str = "workload";
 
 /// A Deployment manifest with `containers` as (name, image) pairs.
 fn deployment(name: &str, replicas: i32, containers: &[(&str, &str)]) -> Value {
@@ -2662,6 +2728,215 @@ async fn pod_lifecycle(c: &Ctx) -> anyhow::Result<()> {
         .await?;
     contains(&out, &format!("pod \"{name}\" deleted"))?;
     gone(&api, name).await
+}
+
+/// `kubectl logs`: all of it, the tail with timestamps, following, the default container,
+/// and the server's errors.
+async fn logs(c: &Ctx) -> anyhow::Result<()> {
+    c.workload().await?;
+    let all = c
+        .eventually_ok(&["logs", WORKLOAD, "-c", "main"], Duration::from_secs(20))
+        .await?;
+    ensure!(all.starts_with("started\n"), "logs: {all:?}");
+    let tail = c
+        .ok(&["logs", WORKLOAD, "-c", "main", "--tail=1", "--timestamps"])
+        .await?;
+    ensure!(tail.lines().count() == 1, "--tail=1: {tail:?}");
+    let (ts, line) = tail
+        .trim_end()
+        .split_once(' ')
+        .with_context(|| format!("no timestamp in {tail:?}"))?;
+    ensure!(
+        ts.len() >= 20 && ts.as_bytes()[4] == b'-' && ts.contains('T'),
+        "not an RFC 3339 timestamp: {tail:?}"
+    );
+    ensure!(line.starts_with("tick ") || line == "started", "{tail:?}");
+    // Without -c, kubectl picks the first container and says so.
+    let r = c.run(&["logs", WORKLOAD]).await?;
+    ensure!(r.ok(), "kubectl logs without -c: {}", r.stderr);
+    contains(&r.stdout, "started\n")?;
+    contains(&r.stderr, "Defaulted container \"main\"")?;
+    // -f keeps printing what the container writes.
+    let mut child = c
+        .command(&["logs", "-f", WORKLOAD, "-c", "main", "--tail=0"], &[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let mut ticks = Vec::new();
+    let followed = tokio::time::timeout(Duration::from_secs(15), async {
+        while ticks.len() < 2 {
+            match lines.next_line().await? {
+                Some(l) => ticks.push(l),
+                None => bail!("kubectl logs -f ended early"),
+            }
+        }
+        Ok(())
+    })
+    .await;
+    let _ = child.kill().await;
+    followed.context("kubectl logs -f printed no new lines in 15 s")??;
+    ensure!(
+        ticks.iter().all(|t| t.starts_with("tick ")),
+        "followed: {ticks:?}"
+    );
+    let err = c.fails(&["logs", WORKLOAD, "-c", "nope"]).await?;
+    contains(&err, "container nope is not valid for pod workload")?;
+    let err = c
+        .fails(&["logs", WORKLOAD, "-c", "main", "--previous"])
+        .await?;
+    contains(
+        &err,
+        "previous terminated container \"main\" in pod \"workload\" not found",
+    )?;
+    Ok(())
+}
+
+/// `kubectl exec`: output, exit codes and stdin.
+async fn exec(c: &Ctx) -> anyhow::Result<()> {
+    c.workload().await?;
+    let out = c
+        .ok(&["exec", WORKLOAD, "-c", "main", "--", "echo", "hi"])
+        .await?;
+    ensure!(out == "hi\n", "exec echo: {out:?}");
+    let r = c
+        .run(&[
+            "exec",
+            WORKLOAD,
+            "-c",
+            "main",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 7",
+        ])
+        .await?;
+    ensure!(r.code == Some(7), "exit code {:?}: {}", r.code, r.stderr);
+    ensure!(r.stdout == "out\n", "stdout: {:?}", r.stdout);
+    contains(&r.stderr, "err")?;
+    let out = c
+        .ok_with(
+            &[
+                "exec", "-i", WORKLOAD, "-c", "main", "--", "tr", "a-z", "A-Z",
+            ],
+            Some("from stdin\n"),
+            &[],
+        )
+        .await?;
+    ensure!(out == "FROM STDIN\n", "exec -i: {out:?}");
+    let err = c
+        .fails(&["exec", WORKLOAD, "-c", "nope", "--", "true"])
+        .await?;
+    contains(&err, "container nope is not valid for pod workload")?;
+    Ok(())
+}
+
+/// `kubectl cp` into the pod and back out (tar over exec).
+async fn cp(c: &Ctx) -> anyhow::Result<()> {
+    c.workload().await?;
+    let content: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+    let local = c.write("cp/in.txt", &content)?;
+    c.ok(&[
+        "cp",
+        &local,
+        &format!("{WORKLOAD}:/tmp/in.txt"),
+        "-c",
+        "main",
+    ])
+    .await?;
+    let wc = c
+        .ok(&[
+            "exec",
+            WORKLOAD,
+            "-c",
+            "main",
+            "--",
+            "wc",
+            "-c",
+            "/tmp/in.txt",
+        ])
+        .await?;
+    ensure!(
+        wc.split_whitespace().next() == Some(&content.len().to_string()),
+        "size in the pod: {wc:?}, want {}",
+        content.len()
+    );
+    let back = c.dir.join("cp").join("back.txt");
+    c.ok(&[
+        "cp",
+        &format!("{WORKLOAD}:/tmp/in.txt"),
+        &back.to_string_lossy(),
+        "-c",
+        "main",
+    ])
+    .await?;
+    let got = std::fs::read_to_string(&back)?;
+    ensure!(
+        got == content,
+        "copied back {} bytes, want {}",
+        got.len(),
+        content.len()
+    );
+    Ok(())
+}
+
+/// `kubectl port-forward`, then an HTTP request through the forwarded port.
+async fn port_forward(c: &Ctx) -> anyhow::Result<()> {
+    c.workload().await?;
+    let mut child = c
+        .command(
+            &[
+                "port-forward",
+                &format!("pod/{WORKLOAD}"),
+                ":8080",
+                "--address",
+                "127.0.0.1",
+            ],
+            &[],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
+    let port = match first {
+        Ok(Ok(Some(line))) => line
+            .strip_prefix("Forwarding from 127.0.0.1:")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|p| p.parse::<u16>().ok())
+            .with_context(|| format!("unexpected first line {line:?}")),
+        other => {
+            let _ = child.kill().await;
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use tokio::io::AsyncReadExt;
+                let _ = e.read_to_string(&mut err).await;
+            }
+            bail!("kubectl port-forward did not start ({other:?}): {err}");
+        }
+    };
+    let result = async {
+        let port = port?;
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "10"])
+            .arg(format!("http://127.0.0.1:{port}/index.html"))
+            .output()
+            .await
+            .context("running curl")?;
+        ensure!(
+            out.status.success(),
+            "curl: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let body = String::from_utf8_lossy(&out.stdout);
+        ensure!(body == "hello-from-web\n", "through the forward: {body:?}");
+        Ok(())
+    }
+    .await;
+    let _ = child.kill().await;
+    result
 }
 
 /// Bad input fails with the server's message, not a crash or a hang.

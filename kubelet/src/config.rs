@@ -23,7 +23,13 @@ pub struct KubeletConfig {
     pub cni_conf_dir: PathBuf,
     /// The bridge pods attach to.
     pub bridge: String,
+    /// The port of the kubelet's HTTPS API (logs, exec, port-forward, stats).
     pub port: u16,
+    /// The address the kubelet's HTTPS API listens on.
+    pub address: IpAddr,
+    /// The kubelet's serving certificate and the CA its clients' certificates must chain to;
+    /// without it the kubelet serves no API.
+    pub tls: Option<ServingTls>,
     pub max_pods: u32,
     pub resolv_conf: PathBuf,
     pub node_status_update_frequency: Duration,
@@ -31,6 +37,21 @@ pub struct KubeletConfig {
     /// How often the runtime is listed to notice changes made behind the kubelet's back.
     pub relist_period: Duration,
     pub labels: Vec<(String, String)>,
+}
+
+/// The TLS material of the kubelet's API, PEM encoded: its serving certificate and key (signed
+/// by the cluster CA for the node's names), and the CA that client certificates must chain to.
+#[derive(Clone)]
+pub struct ServingTls {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub client_ca_pem: String,
+}
+
+impl std::fmt::Debug for ServingTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingTls").finish_non_exhaustive()
+    }
 }
 
 impl KubeletConfig {
@@ -54,6 +75,8 @@ impl KubeletConfig {
             cgroups_path: "/sys/fs/cgroup".into(),
             container_runtime_endpoint: runtime.into(),
             port: 10250,
+            address: IpAddr::from([0, 0, 0, 0]),
+            tls: None,
             max_pods: 110,
             resolv_conf: "/etc/resolv.conf".into(),
             node_status_update_frequency: Duration::from_secs(10),

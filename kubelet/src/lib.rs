@@ -14,6 +14,7 @@ pub mod node;
 pub mod pod;
 pub mod probe;
 pub mod runtime;
+pub mod server;
 pub mod volumes;
 
 use std::sync::{Arc, Mutex};
@@ -33,6 +34,8 @@ pub enum KubeletError {
     Register(kube::Error),
     #[error("pod network: {0}")]
     Network(#[from] cni::NetError),
+    #[error("kubelet API: {0}")]
+    Serve(#[from] server::ServeError),
 }
 
 /// Runs the kubelet until the process ends: node registration and heartbeats, pod workers.
@@ -43,6 +46,17 @@ pub async fn run(
 ) -> Result<(), KubeletError> {
     let runtime: Arc<dyn Runtime> =
         Arc::new(CriRuntime::connect(&config.container_runtime_endpoint).await?);
+    // The API listens before the node registers: its port is what the node advertises.
+    let api = match &config.tls {
+        Some(tls) => {
+            let addr = std::net::SocketAddr::new(config.address, config.port);
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| server::ServeError::Bind { addr, source })?;
+            Some((listener, server::tls_config(tls)?))
+        }
+        None => None,
+    };
     let version = runtime.version().await?;
     tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, node = %config.node_name, "kubelet starting");
     let capacity = node::host_capacity(&config.root_dir);
@@ -91,6 +105,11 @@ pub async fn run(
         node_memory: capacity.memory_bytes as f64,
         memory: Mutex::new(Memory::default()),
     });
+    if let Some((listener, tls)) = api {
+        tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API serving");
+        let app = server::router(server::KubeletServer::new(shared.clone()));
+        tokio::spawn(server::serve(listener, tls, app));
+    }
     tokio::join!(agent.run(node), pod::manager::run(shared, wakes));
     Ok(())
 }

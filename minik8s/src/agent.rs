@@ -35,6 +35,12 @@ pub struct AgentArgs {
     /// Use this CRI socket instead of starting a private containerd.
     #[arg(long)]
     pub container_runtime_endpoint: Option<PathBuf>,
+    /// The port of the kubelet's HTTPS API (logs, exec, port-forward, stats).
+    #[arg(long, default_value_t = 10250)]
+    pub kubelet_port: u16,
+    /// The address the kubelet's HTTPS API listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub kubelet_address: IpAddr,
     /// The bridge pods attach to.
     #[arg(long, default_value = "cni0")]
     pub bridge: String,
@@ -140,12 +146,30 @@ pub async fn start(
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
         kube::Client::try_from(config)?
     };
-    let mut config = minik8s_kubelet::KubeletConfig::new(
-        &name,
-        node_ip(args),
-        data_dir.join("kubelet"),
-        &socket,
-    );
+    let ip = node_ip(args);
+    // The kubelet's serving certificate, for the names the API server and clients use.
+    let hostname = minik8s_apiserver::server::hostname().to_lowercase();
+    let mut dns = vec![name.clone()];
+    if !hostname.is_empty() && hostname != name {
+        dns.push(hostname);
+    }
+    let mut ips = vec![ip, IpAddr::from([127, 0, 0, 1])];
+    ips.dedup();
+    let serving = pki.issue(
+        &format!("system:node:{name}"),
+        &["system:nodes"],
+        &minik8s_apiserver::pki::ServingNames { dns, ips },
+        true,
+    )?;
+    let mut config =
+        minik8s_kubelet::KubeletConfig::new(&name, ip, data_dir.join("kubelet"), &socket);
+    config.port = args.kubelet_port;
+    config.address = args.kubelet_address;
+    config.tls = Some(minik8s_kubelet::config::ServingTls {
+        cert_pem: serving.cert_pem,
+        key_pem: serving.key_pem,
+        client_ca_pem: pki.ca.cert_pem.clone(),
+    });
     config.cni_conf_dir = cni_dir;
     config.pod_cidr = Some(args.pod_cidr.clone());
     config.cluster_dns = args.cluster_dns.clone();

@@ -3,6 +3,7 @@
 
 pub mod authorization;
 pub mod codec;
+pub mod connect;
 pub mod discovery;
 pub mod namespaces;
 pub mod openapi;
@@ -127,6 +128,20 @@ async fn api(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
         namespace = r.namespace.as_deref().unwrap_or(""),
         name = r.name.as_deref().unwrap_or(""),
     );
+    if connect::is_connect(&r) {
+        // Served by a kubelet: the body (if any) and upgrades pass through unread.
+        let resp = connect::serve(&server, r, Request::from_parts(parts, body))
+            .instrument(span.clone())
+            .await;
+        let code = resp.status().as_u16().to_string();
+        server
+            .metrics
+            .requests
+            .with_label_values(&[verb.as_str(), &resource, &subresource, &code])
+            .inc();
+        span.in_scope(|| tracing::debug!(code = %code, elapsed_ms = started.elapsed().as_millis() as u64, "served"));
+        return resp;
+    }
     let body = match axum::body::to_bytes(body, codec::MAX_BODY_BYTES + 1).await {
         Ok(b) if b.len() <= codec::MAX_BODY_BYTES => b,
         _ => {

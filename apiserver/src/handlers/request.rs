@@ -53,6 +53,8 @@ pub struct ResourceRequest {
     pub resource: String,
     pub name: Option<String>,
     pub subresource: Option<String>,
+    /// What follows `/proxy` in a `<resource>/<name>/proxy/...` path (nodes/proxy).
+    pub subpath: Option<String>,
     pub verb: Verb,
 }
 
@@ -98,14 +100,34 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> Option<Target>
         }
         r => (None, r),
     };
+    let mut subpath = None;
     let (resource, name, subresource) = match rest {
         [resource] => (resource.to_string(), None, None),
         [resource, name] => (resource.to_string(), Some(name.to_string()), None),
-        [resource, name, sub] => (
-            resource.to_string(),
-            Some(name.to_string()),
-            Some(sub.to_string()),
-        ),
+        [resource, name, sub] => {
+            if *sub == "proxy" {
+                subpath = Some(if path.ends_with('/') { "/" } else { "" }.to_string());
+            }
+            (
+                resource.to_string(),
+                Some(name.to_string()),
+                Some(sub.to_string()),
+            )
+        }
+        [resource, name, "proxy", ..] => {
+            // Everything after `/<name>/proxy`, as it came (trailing slash included).
+            let marker = format!("/{name}/proxy/");
+            let tail = path
+                .find(&marker)
+                .map(|at| &path[at + marker.len() - 1..])
+                .unwrap_or("/");
+            subpath = Some(tail.to_string());
+            (
+                resource.to_string(),
+                Some(name.to_string()),
+                Some("proxy".to_string()),
+            )
+        }
         _ => return None,
     };
     let verb = match *method {
@@ -137,6 +159,7 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> Option<Target>
         resource,
         name,
         subresource,
+        subpath,
         verb,
     }))
 }
@@ -208,6 +231,19 @@ mod tests {
             })
         );
         assert!(parse(&Method::GET, "/api/v1/a/b/c/d", None).is_none());
+        let r = res(Method::GET, "/api/v1/nodes/n1/proxy/stats/summary", None);
+        assert_eq!(
+            (
+                r.name.as_deref(),
+                r.subresource.as_deref(),
+                r.subpath.as_deref()
+            ),
+            (Some("n1"), Some("proxy"), Some("/stats/summary"))
+        );
+        let r = res(Method::GET, "/api/v1/nodes/n1/proxy/", None);
+        assert_eq!(r.subpath.as_deref(), Some("/"));
+        let r = res(Method::GET, "/api/v1/nodes/n1/proxy", None);
+        assert_eq!(r.subpath.as_deref(), Some(""));
         assert!(parse(&Method::GET, "/api/v2/pods", None).is_none());
     }
 }

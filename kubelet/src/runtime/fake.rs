@@ -40,6 +40,22 @@ struct State {
     calls: Vec<String>,
     /// Exit codes for ExecSync by container ID (0 when absent).
     exec_exit: BTreeMap<String, i32>,
+    /// Resource usage by container ID, as ListContainerStats reports it.
+    stats: BTreeMap<String, Usage>,
+    /// The streaming server exec, attach and port-forward URLs point at.
+    stream_base: Option<String>,
+    /// The streaming requests made, as `exec <container> <cmd...>` and the like.
+    streams: Vec<String>,
+}
+
+/// What a fake container uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_core_nanos: u64,
+    pub nano_cores: u64,
+    pub working_set_bytes: u64,
+    pub usage_bytes: u64,
+    pub writable_layer_bytes: u64,
 }
 
 #[derive(Default)]
@@ -144,6 +160,35 @@ impl FakeRuntime {
             .expect("fake")
             .exec_exit
             .insert(container_id.into(), code);
+    }
+
+    /// Points streaming URLs at `base` (`http://host:port`).
+    pub fn set_stream_base(&self, base: &str) {
+        self.state.lock().expect("fake").stream_base = Some(base.into());
+    }
+
+    /// The streaming requests made so far.
+    pub fn streams(&self) -> Vec<String> {
+        self.state.lock().expect("fake").streams.clone()
+    }
+
+    fn stream_url(&self, what: String, path: &str) -> String {
+        let mut s = self.state.lock().expect("fake");
+        s.streams.push(what);
+        let base = s
+            .stream_base
+            .clone()
+            .unwrap_or_else(|| "http://127.0.0.1:1".into());
+        format!("{base}/{path}")
+    }
+
+    /// Sets what a container uses, as its stats will report.
+    pub fn set_usage(&self, container_id: &str, usage: Usage) {
+        self.state
+            .lock()
+            .expect("fake")
+            .stats
+            .insert(container_id.into(), usage);
     }
 
     /// IDs and names of running containers of a pod.
@@ -431,7 +476,13 @@ impl Runtime for FakeRuntime {
             reason: c.reason.clone(),
             labels: c.config.labels.clone(),
             annotations: c.config.annotations.clone(),
-            log_path: c.config.log_path.clone(),
+            // As containerd reports it: under the sandbox's log directory.
+            log_path: match s.sandboxes.get(&c.sandbox) {
+                Some(sb) if !sb.config.log_directory.is_empty() => {
+                    format!("{}/{}", sb.config.log_directory, c.config.log_path)
+                }
+                _ => c.config.log_path.clone(),
+            },
             ..Default::default()
         })
     }
@@ -452,20 +503,67 @@ impl Runtime for FakeRuntime {
         })
     }
 
-    async fn exec(&self, _req: cri::ExecRequest) -> Result<String> {
-        Ok("http://127.0.0.1:1/exec/fake".into())
+    async fn exec(&self, req: cri::ExecRequest) -> Result<String> {
+        let what = format!(
+            "exec {} {} stdin={} stdout={} stderr={} tty={}",
+            req.container_id,
+            req.cmd.join(" "),
+            req.stdin,
+            req.stdout,
+            req.stderr,
+            req.tty
+        );
+        Ok(self.stream_url(what, "exec/fake"))
     }
 
-    async fn attach(&self, _req: cri::AttachRequest) -> Result<String> {
-        Ok("http://127.0.0.1:1/attach/fake".into())
+    async fn attach(&self, req: cri::AttachRequest) -> Result<String> {
+        let what = format!("attach {}", req.container_id);
+        Ok(self.stream_url(what, "attach/fake"))
     }
 
-    async fn port_forward(&self, _req: cri::PortForwardRequest) -> Result<String> {
-        Ok("http://127.0.0.1:1/portforward/fake".into())
+    async fn port_forward(&self, req: cri::PortForwardRequest) -> Result<String> {
+        let ports: Vec<String> = req.port.iter().map(|p| p.to_string()).collect();
+        let what = format!("portforward {} {}", req.pod_sandbox_id, ports.join(","));
+        Ok(self.stream_url(what, "portforward/fake"))
     }
 
     async fn list_container_stats(&self) -> Result<Vec<cri::ContainerStats>> {
-        Ok(Vec::new())
+        let s = self.state.lock().expect("fake");
+        let now = s.clock;
+        let v = |value| Some(cri::UInt64Value { value });
+        Ok(s.containers
+            .iter()
+            .filter(|(_, c)| c.state == cri::ContainerState::ContainerRunning)
+            .map(|(id, c)| {
+                let u = s.stats.get(id).copied().unwrap_or_default();
+                cri::ContainerStats {
+                    attributes: Some(cri::ContainerAttributes {
+                        id: id.clone(),
+                        metadata: c.config.metadata.clone(),
+                        labels: c.config.labels.clone(),
+                        annotations: c.config.annotations.clone(),
+                    }),
+                    cpu: Some(cri::CpuUsage {
+                        timestamp: now,
+                        usage_core_nano_seconds: v(u.cpu_core_nanos),
+                        usage_nano_cores: v(u.nano_cores),
+                    }),
+                    memory: Some(cri::MemoryUsage {
+                        timestamp: now,
+                        working_set_bytes: v(u.working_set_bytes),
+                        usage_bytes: v(u.usage_bytes),
+                        ..Default::default()
+                    }),
+                    writable_layer: Some(cri::FilesystemUsage {
+                        timestamp: now,
+                        fs_id: None,
+                        used_bytes: v(u.writable_layer_bytes),
+                        inodes_used: v(1),
+                    }),
+                    swap: None,
+                }
+            })
+            .collect())
     }
 
     async fn list_pod_sandbox_stats(&self) -> Result<Vec<cri::PodSandboxStats>> {

@@ -919,6 +919,9 @@ fn resource_paths(
     }
 
     for sub in &r.subresources {
+        if connect_subresource(paths, naming, r, sub, &item_params, &gvk) {
+            continue;
+        }
         let sub_gvk = Gvk::new(&sub.group, &sub.version, &sub.kind);
         let sub_kind = b.kind(&sub_gvk);
         let path = format!("{item}/{}", sub.name);
@@ -949,6 +952,219 @@ fn resource_paths(
             paths.op(&path, &item_params, o.method, op);
         }
     }
+}
+
+/// Query parameters of the subresources a kubelet serves, with upstream's descriptions.
+fn connect_query(name: &str) -> Value {
+    let (ty, doc) = match name {
+        "command" => (
+            "string",
+            "Command is the remote command to execute. argv array. Not executed within a shell.",
+        ),
+        "container" => (
+            "string",
+            "The container in which to execute the command. Defaults to only container if there is only one container in the pod.",
+        ),
+        "stderr" => (
+            "boolean",
+            "Redirect the standard error stream of the pod for this call.",
+        ),
+        "stdin" => (
+            "boolean",
+            "Redirect the standard input stream of the pod for this call. Defaults to false.",
+        ),
+        "stdout" => (
+            "boolean",
+            "Redirect the standard output stream of the pod for this call.",
+        ),
+        "tty" => (
+            "boolean",
+            "TTY if true indicates that a tty will be allocated for the exec call. Defaults to false.",
+        ),
+        "ports" => (
+            "integer",
+            "List of ports to forward Required when using WebSockets",
+        ),
+        "path" => (
+            "string",
+            "Path is the URL path to use for the current proxy request to node.",
+        ),
+        "follow" => (
+            "boolean",
+            "Follow the log stream of the pod. Defaults to false.",
+        ),
+        "insecureSkipTLSVerifyBackend" => (
+            "boolean",
+            "insecureSkipTLSVerifyBackend indicates that the apiserver should not confirm the validity of the serving certificate of the backend it is connecting to.  This will make the HTTPS connection between the apiserver and the backend insecure. This means the apiserver cannot verify the log data it is receiving came from the real kubelet.  If the kubelet is configured to verify the apiserver's TLS credentials, it does not mean the connection to the real kubelet is vulnerable to a man in the middle attack (e.g. an attacker could not intercept the actual log data coming from the real kubelet).",
+        ),
+        "limitBytes" => (
+            "integer",
+            "If set, the number of bytes to read from the server before terminating the log output. This may not display a complete final line of logging, and may return slightly more or slightly less than the specified limit.",
+        ),
+        "previous" => (
+            "boolean",
+            "Return previous terminated container logs. Defaults to false.",
+        ),
+        "sinceSeconds" => (
+            "integer",
+            "A relative time in seconds before the current time from which to show logs. If this value precedes the time a pod was started, only logs since the pod start will be returned. If this value is in the future, no logs will be returned. Only one of sinceSeconds or sinceTime may be specified.",
+        ),
+        "stream" => (
+            "string",
+            "Specify which container log stream to return to the client. Acceptable values are \"All\", \"Stdout\" and \"Stderr\". If not specified, \"All\" is used, and both stdout and stderr are returned interleaved. Note that when \"TailLines\" is specified, \"Stream\" can only be set to nil or \"All\".",
+        ),
+        "tailLines" => (
+            "integer",
+            "If set, the number of lines from the end of the logs to show. If not specified, logs are shown from the creation of the container or sinceSeconds or sinceTime. Note that when \"TailLines\" is specified, \"Stream\" can only be set to nil or \"All\".",
+        ),
+        "timestamps" => (
+            "boolean",
+            "If true, add an RFC3339 or RFC3339Nano timestamp at the beginning of every line of log output. Defaults to false.",
+        ),
+        other => return query(other),
+    };
+    param(name, "query", ty, doc)
+}
+
+/// The HTTP methods of a connect subresource's verbs, upstream's order.
+fn connect_methods(verbs: &[String]) -> Vec<&'static str> {
+    let has = |v: &str| verbs.iter().any(|x| x == v);
+    let mut out = Vec::new();
+    if has("delete") {
+        out.push("delete");
+    }
+    if has("get") {
+        out.push("get");
+    }
+    if has("get") && has("update") {
+        out.extend(["head", "options"]);
+    }
+    if has("patch") {
+        out.push("patch");
+    }
+    if has("create") {
+        out.push("post");
+    }
+    if has("update") {
+        out.push("put");
+    }
+    out
+}
+
+/// Paths of the subresources a kubelet serves (`log`, and the "connect" ones: `exec`,
+/// `attach`, `portforward`, `proxy`), shaped as upstream's: string answers, query parameters
+/// on the path item. Returns false for other subresources.
+fn connect_subresource(
+    paths: &mut Paths,
+    naming: &Naming,
+    r: &ResourceInfo,
+    sub: &minik8s_api::registry::Subresource,
+    item_params: &[Value],
+    gvk: &Gvk,
+) -> bool {
+    let scope = if r.namespaced { "Namespaced" } else { "" };
+    let ns_segment = if r.namespaced {
+        "/namespaces/{namespace}"
+    } else {
+        ""
+    };
+    let prefix = format!("/{}", group_version_path(&r.group, &r.version));
+    let item = format!("{prefix}{ns_segment}/{}/{{name}}", r.plural);
+    let path_params = || -> Vec<Value> {
+        item_params
+            .iter()
+            .filter(|p| p["in"] == "path")
+            .cloned()
+            .collect()
+    };
+    let string_answer = |types: &[&str]| {
+        let mut content = Map::new();
+        for t in types {
+            content.insert(t.to_string(), json!({"schema": {"type": "string"}}));
+        }
+        json!({"200": {"description": "OK", "content": content}, "401": {"description": "Unauthorized"}})
+    };
+    if sub.name == "log" && sub.kind == r.kind {
+        let mut params = path_params();
+        for q in [
+            "container",
+            "follow",
+            "insecureSkipTLSVerifyBackend",
+            "limitBytes",
+            "pretty",
+            "previous",
+            "sinceSeconds",
+            "stream",
+            "tailLines",
+            "timestamps",
+        ] {
+            params.push(connect_query(q));
+        }
+        let op = json!({
+            "description": format!("read log of the specified {}", r.kind),
+            "operationId": format!("read{}{scope}{}Log", naming.gv, r.kind),
+            "tags": [naming.tag],
+            "responses": string_answer(&[
+                "application/json",
+                "application/vnd.kubernetes.protobuf",
+                "application/yaml",
+                "text/plain",
+            ]),
+            "x-kubernetes-action": "get",
+            "x-kubernetes-group-version-kind": gvk.extension(),
+        });
+        paths.op(&format!("{item}/log"), &params, "get", op);
+        return true;
+    }
+    let query_names: &[&str] = match sub.kind.as_str() {
+        "PodExecOptions" => &["command", "container", "stderr", "stdin", "stdout", "tty"],
+        "PodAttachOptions" => &["container", "stderr", "stdin", "stdout", "tty"],
+        "PodPortForwardOptions" => &["ports"],
+        "NodeProxyOptions" | "PodProxyOptions" | "ServiceProxyOptions" => &["path"],
+        _ => return false,
+    };
+    let sub_gvk = Gvk::new(&sub.group, &sub.version, &sub.kind);
+    let title = capitalize(&sub.name);
+    let methods = connect_methods(&sub.verbs);
+    let op = |method: &str, with_path: bool| {
+        json!({
+            "description": format!(
+                "connect {} requests to {} of {}",
+                method.to_uppercase(),
+                sub.name,
+                r.kind
+            ),
+            "operationId": format!(
+                "connect{}{}{scope}{}{title}{}",
+                naming.gv,
+                capitalize(method),
+                r.kind,
+                if with_path { "WithPath" } else { "" }
+            ),
+            "tags": [naming.tag],
+            "responses": string_answer(&["*/*"]),
+            "x-kubernetes-action": "connect",
+            "x-kubernetes-group-version-kind": sub_gvk.extension(),
+        })
+    };
+    let mut params = path_params();
+    for q in query_names {
+        params.push(connect_query(q));
+    }
+    let path = format!("{item}/{}", sub.name);
+    for m in &methods {
+        paths.op(&path, &params, m, op(m, false));
+    }
+    if query_names == ["path"] {
+        // `.../proxy/{path}`: the path is a path parameter there.
+        let mut params = path_params();
+        params.push(param("path", "path", "string", "path to the resource"));
+        let with_path = format!("{path}/{{path}}");
+        for m in &methods {
+            paths.op(&with_path, &params, m, op(m, true));
+        }
+    }
+    true
 }
 
 /// The definitions `gvk`'s schema reaches, finished as served documents finish them (upstream
