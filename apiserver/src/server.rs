@@ -168,10 +168,16 @@ impl ApiServer {
         }
         match self.address.parse::<SocketAddr>() {
             Ok(addr) => {
-                crate::registry::services::controlplane::reconcile(&self.store, &self.services, addr)
-                    .await?
+                crate::registry::services::controlplane::reconcile(
+                    &self.store,
+                    &self.services,
+                    addr,
+                )
+                .await?
             }
-            Err(_) => tracing::warn!(address = %self.address, "no `kubernetes` service: the advertised address is not ip:port"),
+            Err(_) => {
+                tracing::warn!(address = %self.address, "no `kubernetes` service: the advertised address is not ip:port")
+            }
         }
         Ok(())
     }

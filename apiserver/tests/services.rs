@@ -26,14 +26,20 @@ async fn create(api: &InProcess, name: &str, spec: Value) -> (StatusCode, Value)
 }
 
 fn cluster_ip(v: &Value) -> String {
-    v["spec"]["clusterIP"].as_str().unwrap_or_default().to_string()
+    v["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn node_port(v: &Value) -> i64 {
     v["spec"]["ports"][0]["nodePort"].as_i64().unwrap_or(0)
 }
 
-fn small_range(cidr: &'static str, ports: &'static str) -> impl FnOnce(&mut minik8s_apiserver::Config) {
+fn small_range(
+    cidr: &'static str,
+    ports: &'static str,
+) -> impl FnOnce(&mut minik8s_apiserver::Config) {
     move |c| {
         c.service_cluster_ip_range = cidr.into();
         c.service_node_port_range = ports.into();
@@ -80,7 +86,10 @@ async fn the_kubernetes_service_points_at_the_api_server() -> anyhow::Result<()>
         .get("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes")
         .await
         .json();
-    assert_eq!(slice["metadata"]["labels"]["kubernetes.io/service-name"], "kubernetes");
+    assert_eq!(
+        slice["metadata"]["labels"]["kubernetes.io/service-name"],
+        "kubernetes"
+    );
     assert_eq!(
         slice["endpoints"][0]["addresses"][0],
         advertised.ip().to_string()
@@ -101,7 +110,10 @@ async fn cluster_ips_are_unique_filled_as_upstream_and_dynamic_ones_come_from_th
         assert_eq!(code, StatusCode::CREATED, "{s}");
         let ip: Ipv4Addr = cluster_ip(&s).parse()?;
         // 10.96.0.0/12 keeps 10.96.0.1-10.96.1.0 for requested addresses.
-        assert!(ip > Ipv4Addr::new(10, 96, 1, 0) && ip < Ipv4Addr::new(10, 112, 0, 0), "{ip}");
+        assert!(
+            ip > Ipv4Addr::new(10, 96, 1, 0) && ip < Ipv4Addr::new(10, 112, 0, 0),
+            "{ip}"
+        );
         assert!(seen.insert(ip), "{ip} handed out twice");
         assert_eq!(s["spec"]["clusterIPs"], json!([ip.to_string()]));
         assert_eq!(s["spec"]["ipFamilies"], json!(["IPv4"]));
@@ -128,18 +140,27 @@ async fn requested_ips_conflict_and_are_released_on_delete() -> anyhow::Result<(
     let (code, s) = create(&api, "other", json!({"clusterIP": "192.168.0.5"})).await;
     assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
-        s["message"].as_str().unwrap().contains("is not in the valid range"),
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("is not in the valid range"),
         "{s}"
     );
     // A dry run shows an address but keeps nothing.
     let r = api
-        .post(&format!("{SVCS}?dryRun=All"), svc("dry", json!({"clusterIP": "10.96.0.11"})))
+        .post(
+            &format!("{SVCS}?dryRun=All"),
+            svc("dry", json!({"clusterIP": "10.96.0.11"})),
+        )
         .await;
     assert_eq!(r.status, StatusCode::CREATED);
     let (code, _) = create(&api, "wet", json!({"clusterIP": "10.96.0.11"})).await;
     assert_eq!(code, StatusCode::CREATED);
 
-    assert_eq!(api.delete(&format!("{SVCS}/dns")).await.status, StatusCode::OK);
+    assert_eq!(
+        api.delete(&format!("{SVCS}/dns")).await.status,
+        StatusCode::OK
+    );
     let (code, s) = create(&api, "again", json!({"clusterIP": "10.96.0.10"})).await;
     assert_eq!(code, StatusCode::CREATED, "{s}");
     Ok(())
@@ -152,17 +173,26 @@ async fn cluster_ips_are_immutable_and_kept_when_an_update_leaves_them_out() -> 
     let ip = cluster_ip(&s);
     // A PUT from a manifest without clusterIP keeps the allocated one.
     let r = api
-        .put(&format!("{SVCS}/web"), svc("web", json!({"selector": {"app": "web2"}})))
+        .put(
+            &format!("{SVCS}/web"),
+            svc("web", json!({"selector": {"app": "web2"}})),
+        )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.json());
     assert_eq!(cluster_ip(&r.json()), ip);
     assert_eq!(r.json()["spec"]["clusterIPs"], json!([ip.clone()]));
     let r = api
-        .put(&format!("{SVCS}/web"), svc("web", json!({"clusterIP": "10.96.0.99"})))
+        .put(
+            &format!("{SVCS}/web"),
+            svc("web", json!({"clusterIP": "10.96.0.99"})),
+        )
         .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
-        r.json()["message"].as_str().unwrap().contains("may not change once set"),
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("may not change once set"),
         "{}",
         r.json()
     );
@@ -171,9 +201,15 @@ async fn cluster_ips_are_immutable_and_kept_when_an_update_leaves_them_out() -> 
 
 #[tokio::test]
 async fn headless_and_external_name_services_hold_no_address() -> anyhow::Result<()> {
-    let api = InProcess::start_with(Backend::Sqlite, small_range("10.0.0.0/29", "30000-30099")).await?;
+    let api =
+        InProcess::start_with(Backend::Sqlite, small_range("10.0.0.0/29", "30000-30099")).await?;
     // 6 addresses: the kubernetes Service has one.
-    let (code, s) = create(&api, "db", json!({"clusterIP": "None", "selector": {"app": "db"}})).await;
+    let (code, s) = create(
+        &api,
+        "db",
+        json!({"clusterIP": "None", "selector": {"app": "db"}}),
+    )
+    .await;
     assert_eq!(code, StatusCode::CREATED, "{s}");
     assert_eq!(s["spec"]["clusterIPs"], json!(["None"]));
     assert_eq!(s["spec"]["ipFamilies"], json!(["IPv4"]));
@@ -196,7 +232,12 @@ async fn headless_and_external_name_services_hold_no_address() -> anyhow::Result
     }
     let (code, s) = create(&api, "full", json!({})).await;
     assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(s["message"].as_str().unwrap().contains("failed to allocate a serviceIP: range is full"));
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed to allocate a serviceIP: range is full")
+    );
 
     // ExternalName → ClusterIP allocates; there is no room.
     let r = api
@@ -254,7 +295,9 @@ async fn node_ports_are_allocated_conflict_and_are_released() -> anyhow::Result<
     assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
     let msg = s["message"].as_str().unwrap();
     assert!(
-        msg.contains("spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated"),
+        msg.contains(
+            "spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated"
+        ),
         "{msg}"
     );
     let (code, s) = create(
@@ -264,7 +307,10 @@ async fn node_ports_are_allocated_conflict_and_are_released() -> anyhow::Result<
     )
     .await;
     assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(s["message"].as_str().unwrap().contains("30000-32767"), "{s}");
+    assert!(
+        s["message"].as_str().unwrap().contains("30000-32767"),
+        "{s}"
+    );
 
     // Two service ports of one number (TCP and UDP) share a node port.
     let (code, s) = create(
@@ -276,7 +322,10 @@ async fn node_ports_are_allocated_conflict_and_are_released() -> anyhow::Result<
     )
     .await;
     assert_eq!(code, StatusCode::CREATED, "{s}");
-    assert_eq!(s["spec"]["ports"][0]["nodePort"], s["spec"]["ports"][1]["nodePort"]);
+    assert_eq!(
+        s["spec"]["ports"][0]["nodePort"],
+        s["spec"]["ports"][1]["nodePort"]
+    );
 
     // NodePort → ClusterIP drops and releases the port.
     let r = api
@@ -308,7 +357,10 @@ async fn node_ports_are_allocated_conflict_and_are_released() -> anyhow::Result<
     assert_eq!(node_port(&r.json()), port);
 
     // Deleting releases.
-    assert_eq!(api.delete(&format!("{SVCS}/clash")).await.status, StatusCode::OK);
+    assert_eq!(
+        api.delete(&format!("{SVCS}/clash")).await.status,
+        StatusCode::OK
+    );
     let (code, s) = create(
         &api,
         "clash2",
@@ -351,7 +403,10 @@ async fn allocations_survive_a_restart() -> anyhow::Result<()> {
     let (code, s) = create(&again, "more", json!({"clusterIP": taken})).await;
     assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{s}");
 
-    assert_eq!(again.delete(&format!("{SVCS}/s7")).await.status, StatusCode::OK);
+    assert_eq!(
+        again.delete(&format!("{SVCS}/s7")).await.status,
+        StatusCode::OK
+    );
     let port = ips["s2"].1;
     let (code, s) = create(
         &again,
@@ -362,9 +417,17 @@ async fn allocations_survive_a_restart() -> anyhow::Result<()> {
     assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{s}");
     let (code, s) = create(&again, "np", json!({"type": "NodePort"})).await;
     assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR, "{s}");
-    assert!(s["message"].as_str().unwrap().contains("failed to allocate a nodePort: range is full"));
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed to allocate a nodePort: range is full")
+    );
 
-    assert_eq!(again.delete(&format!("{SVCS}/s1")).await.status, StatusCode::OK);
+    assert_eq!(
+        again.delete(&format!("{SVCS}/s1")).await.status,
+        StatusCode::OK
+    );
     let (code, s) = create(&again, "np", json!({"type": "NodePort"})).await;
     assert_eq!(code, StatusCode::CREATED, "{s}");
     assert!([&ips["s7"].0, &ips["s1"].0].contains(&&cluster_ip(&s)));
@@ -374,7 +437,8 @@ async fn allocations_survive_a_restart() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn concurrent_creates_never_share_an_address() -> anyhow::Result<()> {
-    let api = InProcess::start_with(Backend::Sqlite, small_range("10.0.0.0/26", "30000-30019")).await?;
+    let api =
+        InProcess::start_with(Backend::Sqlite, small_range("10.0.0.0/26", "30000-30019")).await?;
     // 62 addresses, one taken by the kubernetes Service; 20 node ports.
     let api = Arc::new(api);
     let results = futures::future::join_all((0..70).map(|i| {
@@ -402,7 +466,10 @@ async fn concurrent_creates_never_share_an_address() -> anyhow::Result<()> {
         async move { create(&api, &format!("d{i}"), json!({})).await.0 }
     }))
     .await;
-    let created = results.iter().filter(|c| **c == StatusCode::CREATED).count();
+    let created = results
+        .iter()
+        .filter(|c| **c == StatusCode::CREATED)
+        .count();
     assert_eq!(created, 41);
     assert_eq!(api.server.services.used(), (62, 20));
     Ok(())

@@ -3,6 +3,8 @@
 //! API (watch, reflector cache, reconcile by key, requeue with backoff), so they prove the API
 //! works for third-party controllers too.
 
+pub mod endpoints;
+pub mod endpointslice;
 pub mod hollow;
 pub mod leader;
 pub mod manager;

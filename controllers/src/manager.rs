@@ -48,7 +48,10 @@ impl ControllerManagerOptions {
 type Starter = fn(Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn controllers() -> Vec<(&'static str, Starter)> {
-    vec![]
+    vec![
+        ("endpoint", |c| Box::pin(crate::endpoints::run(c))),
+        ("endpointslice", |c| Box::pin(crate::endpointslice::run(c))),
+    ]
 }
 
 /// Runs the enabled controllers until they are dropped.

@@ -497,11 +497,7 @@ fn validate_cluster_ips(spec: &ServiceSpec, errs: &mut Errors) {
             ));
         }
     }
-    if ips.is_empty()
-        && !ip.is_empty()
-        && ip != "None"
-        && ip.parse::<std::net::IpAddr>().is_err()
-    {
+    if ips.is_empty() && !ip.is_empty() && ip != "None" && ip.parse::<std::net::IpAddr>().is_err() {
         errs.push(FieldError::invalid(
             &path.child("clusterIPs").index(0),
             ip,

@@ -59,7 +59,10 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    pub fn new(commit: impl FnOnce() + Send + 'static, revert: impl FnOnce() + Send + 'static) -> Self {
+    pub fn new(
+        commit: impl FnOnce() + Send + 'static,
+        revert: impl FnOnce() + Send + 'static,
+    ) -> Self {
         Reservation {
             commit: Some(Box::new(commit)),
             revert: Some(Box::new(revert)),

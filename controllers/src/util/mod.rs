@@ -4,3 +4,5 @@
 pub mod controller_ref;
 pub mod expectations;
 pub mod pods;
+pub mod queue;
+pub mod service_pods;

@@ -75,7 +75,10 @@ impl Bitmap {
                 continue;
             }
             let start = rng.random_range(0..len);
-            if let Some(i) = (0..len).map(|k| lo + (start + k) % len).find(|i| !self.has(*i)) {
+            if let Some(i) = (0..len)
+                .map(|k| lo + (start + k) % len)
+                .find(|i| !self.has(*i))
+            {
                 self.set(i);
                 return Some(i);
             }

@@ -166,7 +166,9 @@ impl ServiceAllocator {
             );
             if !is_external_name(spec) && !is_headless(spec) {
                 for ip in spec.cluster_ips.iter().flatten().chain(&spec.cluster_ip) {
-                    let Ok(ip) = ip.parse::<IpAddr>() else { continue };
+                    let Ok(ip) = ip.parse::<IpAddr>() else {
+                        continue;
+                    };
                     if !s.ips.has(ip)
                         && let Err(e) = s.ips.allocate(ip)
                     {
@@ -211,7 +213,9 @@ impl ServiceAllocator {
         let families = spec.ip_families.get_or_insert_with(Vec::new);
         let mut errs = Vec::new();
         for (i, ip) in spec.cluster_ips.iter().flatten().enumerate() {
-            let Ok(addr) = ip.parse::<IpAddr>() else { break };
+            let Ok(addr) = ip.parse::<IpAddr>() else {
+                break;
+            };
             let fam = if addr.is_ipv6() { "IPv6" } else { "IPv4" };
             if i >= families.len() {
                 if fam == family {
@@ -227,7 +231,10 @@ impl ServiceAllocator {
                 errs.push(FieldError::invalid(
                     &Path::new("spec").child("clusterIPs").index(i),
                     ip,
-                    format!("expected an {} value as indicated by `ipFamilies[{i}]`", families[i]),
+                    format!(
+                        "expected an {} value as indicated by `ipFamilies[{i}]`",
+                        families[i]
+                    ),
                 ));
             }
         }
@@ -240,7 +247,11 @@ impl ServiceAllocator {
                 families.push(family.to_string());
             }
             if families.len() < 2 && policy != "SingleStack" {
-                let other = if families[0] == "IPv4" { "IPv6" } else { "IPv4" };
+                let other = if families[0] == "IPv4" {
+                    "IPv6"
+                } else {
+                    "IPv4"
+                };
                 families.push(other.to_string());
             }
             return Ok(());
@@ -286,9 +297,9 @@ impl ServiceAllocator {
         }
         let requested = spec.cluster_ip.clone().unwrap_or_default();
         let ip = if requested.is_empty() {
-            s.ips.allocate_next().map_err(|e| {
-                ApiError::internal(format!("failed to allocate a serviceIP: {e}"))
-            })?
+            s.ips
+                .allocate_next()
+                .map_err(|e| ApiError::internal(format!("failed to allocate a serviceIP: {e}")))?
         } else {
             let ip: IpAddr = requested
                 .parse()
@@ -335,14 +346,21 @@ impl ServiceAllocator {
         }
         let allocate = should_allocate_node_ports(spec);
         let mut by_port: Vec<(i32, i32)> = Vec::new();
-        let ports = spec.ports.as_mut().map(|p| p.as_mut_slice()).unwrap_or_default();
+        let ports = spec
+            .ports
+            .as_mut()
+            .map(|p| p.as_mut_slice())
+            .unwrap_or_default();
         for i in 0..ports.len() {
             let requested = ports[i].node_port.unwrap_or(0);
             if requested == 0 && !allocate {
                 continue;
             }
             let service_port = ports[i].port;
-            let shared = by_port.iter().find(|(p, _)| *p == service_port).map(|(_, n)| *n);
+            let shared = by_port
+                .iter()
+                .find(|(p, _)| *p == service_port)
+                .map(|(_, n)| *n);
             let want = match (requested, shared) {
                 (0, Some(n)) => {
                     ports[i].node_port = Some(n);
@@ -538,14 +556,18 @@ impl WriteHooks<Service> for ServiceAllocator {
         let Some(spec) = &svc.spec else { return };
         let mut t = Taken::default();
         if !is_external_name(spec) && !is_headless(spec) {
-            t.ips
-                .extend(spec.cluster_ip.iter().filter_map(|ip| ip.parse::<IpAddr>().ok()));
+            t.ips.extend(
+                spec.cluster_ip
+                    .iter()
+                    .filter_map(|ip| ip.parse::<IpAddr>().ok()),
+            );
         }
         if needs_node_port(spec) {
             t.ports.extend(all_node_ports(spec));
         }
         if needs_health_check(spec) {
-            t.ports.extend(spec.health_check_node_port.filter(|p| *p != 0));
+            t.ports
+                .extend(spec.health_check_node_port.filter(|p| *p != 0));
         }
         self.lock().give_back(&t);
     }
