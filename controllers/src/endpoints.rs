@@ -127,7 +127,8 @@ async fn worker(ctx: Arc<Ctx>, queue: KeyQueue) {
 /// Upstream's RepackSubsets: one subset per distinct set of addresses, holding every port
 /// those addresses serve; addresses and ports sorted.
 fn repack(entries: Vec<(EndpointAddress, bool, Option<EndpointPort>)>) -> Vec<EndpointSubset> {
-    type AddrKey = (String, String);
+    /// Addresses by (ip, pod uid), with whether they are ready.
+    type Addresses = BTreeMap<(String, String), (EndpointAddress, bool)>;
     let port_key = |p: &Option<EndpointPort>| {
         p.as_ref().map(|p| {
             (
@@ -139,13 +140,7 @@ fn repack(entries: Vec<(EndpointAddress, bool, Option<EndpointPort>)>) -> Vec<En
         })
     };
     // Port → addresses offering it (ready wins over not ready).
-    let mut by_port: BTreeMap<
-        _,
-        (
-            Option<EndpointPort>,
-            BTreeMap<AddrKey, (EndpointAddress, bool)>,
-        ),
-    > = BTreeMap::new();
+    let mut by_port: BTreeMap<_, (Option<EndpointPort>, Addresses)> = BTreeMap::new();
     for (addr, ready, port) in entries {
         let k = (
             addr.ip.clone(),
@@ -161,13 +156,7 @@ fn repack(entries: Vec<(EndpointAddress, bool, Option<EndpointPort>)>) -> Vec<En
         e.1 |= ready;
     }
     // Address set → ports.
-    let mut by_addrs: BTreeMap<
-        String,
-        (
-            Vec<EndpointPort>,
-            BTreeMap<AddrKey, (EndpointAddress, bool)>,
-        ),
-    > = BTreeMap::new();
+    let mut by_addrs: BTreeMap<String, (Vec<EndpointPort>, Addresses)> = BTreeMap::new();
     for (_, (port, addrs)) in by_port {
         let k = format!(
             "{:?}",

@@ -140,7 +140,7 @@ mod tests {
         assert_eq!(q.next().await, "a");
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn failures_back_off_exponentially() {
         let q = KeyQueue::new();
         for _ in 0..3 {

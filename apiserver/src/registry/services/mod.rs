@@ -346,11 +346,7 @@ impl ServiceAllocator {
         }
         let allocate = should_allocate_node_ports(spec);
         let mut by_port: Vec<(i32, i32)> = Vec::new();
-        let ports = spec
-            .ports
-            .as_mut()
-            .map(|p| p.as_mut_slice())
-            .unwrap_or_default();
+        let ports = spec.ports.as_deref_mut().unwrap_or_default();
         for i in 0..ports.len() {
             let requested = ports[i].node_port.unwrap_or(0);
             if requested == 0 && !allocate {
