@@ -60,6 +60,9 @@ pub trait Kind:
     fn default_fields(&mut self) {}
     /// The strategy's PrepareForCreate: status reset and the like.
     fn prepare_create(&mut self) {}
+    /// The strategy's PrepareForUpdate of the main resource: what an update carries over from
+    /// the stored object or drops, before defaulting and validation.
+    fn prepare_update(&mut self, _old: &Self) {}
     /// Kind-specific validation; object metadata is validated by the caller.
     fn validate(&self, _errs: &mut Errors) {}
     fn validate_update(&self, _old: &Self, errs: &mut Errors) {
@@ -117,6 +120,7 @@ pub trait Strategy: Send + Sync + 'static {
     fn meta_mut<'a>(&self, obj: &'a mut Self::Object) -> &'a mut ObjectMeta;
     fn default_fields(&self, obj: &mut Self::Object);
     fn prepare_create(&self, obj: &mut Self::Object);
+    fn prepare_update(&self, _obj: &mut Self::Object, _old: &Self::Object) {}
     fn validate(&self, obj: &Self::Object) -> Errors;
     fn validate_update(&self, obj: &Self::Object, old: &Self::Object) -> Errors;
     fn keep_status(&self, obj: &mut Self::Object, old: &Self::Object);
@@ -182,6 +186,9 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     }
     fn prepare_create(&self, obj: &mut K) {
         obj.prepare_create()
+    }
+    fn prepare_update(&self, obj: &mut K, old: &K) {
+        obj.prepare_update(old)
     }
     fn validate(&self, obj: &K) -> Errors {
         let mut errs = Vec::new();

@@ -44,6 +44,17 @@ fn endpoint<K: Kind>(
     ResourceEndpoint::new(registry, server.options.clone())
 }
 
+/// Services allocate cluster IPs and node ports as they are written.
+fn services(server: &ApiServer) -> ResourceEndpoint<BuiltIn<Service>> {
+    let info = built_in()
+        .into_iter()
+        .find(|r| r.group.is_empty() && r.plural == "services")
+        .expect("services are in the resource table");
+    let registry = GenericRegistry::new(BuiltIn::<Service>::new(info), server.store.clone())
+        .with_hooks(server.services.clone());
+    ResourceEndpoint::new(Arc::new(registry), server.options.clone())
+}
+
 pub fn register(server: &ApiServer) {
     /// Serves `e` and describes its kind in OpenAPI by the type's schemars schema.
     fn add<K: Kind + JsonSchema>(server: &ApiServer, e: ResourceEndpoint<BuiltIn<K>>) {
@@ -59,7 +70,7 @@ pub fn register(server: &ApiServer) {
         server,
         endpoint::<Pod>(server, "", "pods").with_extension(Arc::new(PodExtension)),
     );
-    add(server, endpoint::<Service>(server, "", "services"));
+    add(server, services(server));
     add(server, endpoint::<Endpoints>(server, "", "endpoints"));
     add(server, endpoint::<ConfigMap>(server, "", "configmaps"));
     add(server, endpoint::<Secret>(server, "", "secrets"));

@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use minik8s_api::ResourceInfo;
 use minik8s_api::strategy::BuiltIn;
 
@@ -18,7 +18,8 @@ use crate::handlers::openapi::OpenApi;
 use crate::handlers::resource::{Endpoint, ServeOptions};
 use crate::metrics::Metrics;
 use crate::pki::{Pki, PkiError, ServingNames};
-use crate::registry::generic::GenericRegistry;
+use crate::registry::generic::{GenericRegistry, ListQuery};
+use crate::registry::services::{ServiceAllocator, ServiceRanges};
 use crate::storage::{DynStore, EtcdStore, SqliteOptions, SqliteStore, StoreError};
 
 /// What `/version` reports: Kubernetes 1.32, so the kubectl dispatcher picks kubectl 1.32.
@@ -61,6 +62,8 @@ pub struct ApiServer {
     /// How to reach kubelets (logs, exec, port-forward, node proxy); set once certificates
     /// exist.
     pub kubelet: std::sync::OnceLock<Arc<crate::kubelet::KubeletClient>>,
+    /// Services' cluster IPs and node ports.
+    pub services: Arc<ServiceAllocator>,
     endpoints: RwLock<Endpoints>,
 }
 
@@ -76,7 +79,9 @@ impl ApiServer {
         options.namespaces = Some(crate::registry::namespaces::NamespaceCache::start(
             store.clone(),
         ));
+        let services = Arc::new(ServiceAllocator::new(&options.service_ranges));
         let server = Arc::new(ApiServer {
+            services,
             store,
             metrics,
             auth: Arc::new(auth),
@@ -135,8 +140,17 @@ impl ApiServer {
             .collect()
     }
 
-    /// Creates the namespaces every cluster has, if missing.
+    /// Creates what every cluster has, if missing: the namespaces and the `kubernetes` Service
+    /// with its endpoints. Marks the cluster IPs and node ports stored Services hold first, so
+    /// it must run before the server serves.
     pub async fn bootstrap(&self) -> Result<(), minik8s_api::ApiError> {
+        let info = minik8s_api::registry::built_in()
+            .into_iter()
+            .find(|r| r.plural == "services")
+            .expect("services");
+        let services = GenericRegistry::new(BuiltIn::<Service>::new(info), self.store.clone());
+        let stored = services.list(None, &ListQuery::default()).await?;
+        self.services.restore(&stored.items);
         let info = minik8s_api::registry::built_in()
             .into_iter()
             .find(|r| r.plural == "namespaces")
@@ -154,6 +168,19 @@ impl ApiServer {
                 Ok(_) => tracing::info!(namespace = name, "created namespace"),
                 Err(e) if e.code == 409 => {}
                 Err(e) => return Err(e),
+            }
+        }
+        match self.address.parse::<SocketAddr>() {
+            Ok(addr) => {
+                crate::registry::services::controlplane::reconcile(
+                    &self.store,
+                    &self.services,
+                    addr,
+                )
+                .await?
+            }
+            Err(_) => {
+                tracing::warn!(address = %self.address, "no `kubernetes` service: the advertised address is not ip:port")
             }
         }
         Ok(())
@@ -206,6 +233,7 @@ pub struct Config {
     pub etcd_servers: Vec<String>,
     pub token_auth_file: Option<PathBuf>,
     pub service_cluster_ip_range: String,
+    pub service_node_port_range: String,
     pub compaction_interval: Duration,
     pub serve: ServeOptions,
 }
@@ -220,6 +248,7 @@ impl Config {
             etcd_servers: Vec::new(),
             token_auth_file: None,
             service_cluster_ip_range: "10.96.0.0/12".into(),
+            service_node_port_range: "30000-32767".into(),
             compaction_interval: Duration::from_secs(300),
             serve: ServeOptions::default(),
         }
@@ -243,34 +272,8 @@ pub enum ServerError {
     Tls(String),
     #[error("bootstrap: {0}")]
     Bootstrap(minik8s_api::ApiError),
-    #[error("--service-cluster-ip-range {0:?} is not a valid CIDR")]
+    #[error("{0}")]
     ServiceRange(String),
-}
-
-/// The first address of a CIDR (the `kubernetes` service IP).
-pub fn first_service_ip(cidr: &str) -> Option<IpAddr> {
-    let (ip, bits) = cidr.split_once('/')?;
-    let ip: IpAddr = ip.parse().ok()?;
-    let bits: u32 = bits.parse().ok()?;
-    match ip {
-        IpAddr::V4(v4) if bits <= 32 => {
-            let mask = if bits == 0 {
-                0
-            } else {
-                u32::MAX << (32 - bits)
-            };
-            Some(IpAddr::V4((u32::from(v4) & mask).wrapping_add(1).into()))
-        }
-        IpAddr::V6(v6) if bits <= 128 => {
-            let mask = if bits == 0 {
-                0
-            } else {
-                u128::MAX << (128 - bits)
-            };
-            Some(IpAddr::V6((u128::from(v6) & mask).wrapping_add(1).into()))
-        }
-        _ => None,
-    }
 }
 
 /// Addresses of this machine's interfaces, for the serving certificate.
@@ -332,8 +335,12 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
     } else {
         Arc::new(EtcdStore::connect(&config.etcd_servers, metrics.store.clone()).await?)
     };
-    let service_ip = first_service_ip(&config.service_cluster_ip_range)
-        .ok_or_else(|| ServerError::ServiceRange(config.service_cluster_ip_range.clone()))?;
+    let ranges = ServiceRanges::parse(
+        &config.service_cluster_ip_range,
+        &config.service_node_port_range,
+    )
+    .map_err(ServerError::ServiceRange)?;
+    let service_ip = ranges.cluster_ips.first();
     let mut addresses = local_addresses();
     addresses.extend(config.advertise_address);
     if !config.bind_address.is_unspecified() {
@@ -365,7 +372,9 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
         .or(addresses.first().copied())
         .unwrap_or(IpAddr::from([127, 0, 0, 1]));
     let address = SocketAddr::new(advertised, config.secure_port).to_string();
-    let server = ApiServer::new(store, metrics, auth, config.serve.clone(), address);
+    let mut serve = config.serve.clone();
+    serve.service_ranges = ranges;
+    let server = ApiServer::new(store, metrics, auth, serve, address);
     // The identity the API server presents to kubelets.
     let kubelet_client = pki.client(
         "apiserver-kubelet-client",

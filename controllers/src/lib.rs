@@ -5,6 +5,8 @@
 
 pub mod cronjob;
 pub mod daemonset;
+pub mod endpoints;
+pub mod endpointslice;
 pub mod garbagecollector;
 pub mod hollow;
 pub mod job;

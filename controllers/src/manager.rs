@@ -62,6 +62,8 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         ("serviceaccount", |c| {
             Box::pin(crate::serviceaccount::run(c))
         }),
+        ("endpoint", |c| Box::pin(crate::endpoints::run(c))),
+        ("endpointslice", |c| Box::pin(crate::endpointslice::run(c))),
     ]
 }
 

@@ -133,6 +133,9 @@ struct ServerArgs {
     token_auth_file: Option<PathBuf>,
     #[arg(long, default_value = "10.96.0.0/12")]
     service_cluster_ip_range: String,
+    /// Node ports of NodePort and LoadBalancer Services: `first-last`, both included.
+    #[arg(long, default_value = "30000-32767")]
+    service_node_port_range: String,
     /// How often history older than one interval is compacted away.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     etcd_compaction_interval: Duration,
@@ -185,6 +188,7 @@ impl ServerArgs {
         c.etcd_servers = self.etcd_servers.clone();
         c.token_auth_file = self.token_auth_file.clone();
         c.service_cluster_ip_range = self.service_cluster_ip_range.clone();
+        c.service_node_port_range = self.service_node_port_range.clone();
         c.compaction_interval = self.etcd_compaction_interval;
         c.serve = ServeOptions {
             bookmark_interval: self.watch_bookmark_interval,

@@ -247,6 +247,15 @@ impl Reply {
 
 impl InProcess {
     pub async fn start(backend: Backend) -> anyhow::Result<InProcess> {
+        Self::start_with(backend, |_| {}).await
+    }
+
+    /// [`InProcess::start`] with settings changed by `configure` (flags such as
+    /// `service_cluster_ip_range`).
+    pub async fn start_with(
+        backend: Backend,
+        configure: impl FnOnce(&mut Config),
+    ) -> anyhow::Result<InProcess> {
         init_tracing();
         let dir = tempfile::tempdir()?;
         let etcd = match backend {
@@ -256,6 +265,7 @@ impl InProcess {
         let mut config = Config::new(dir.path());
         config.etcd_servers = etcd.iter().map(|e| e.endpoint.clone()).collect();
         config.serve = test_serve_options();
+        configure(&mut config);
         let prepared = minik8s_apiserver::prepare(config).await?;
         let router = minik8s_apiserver::router(prepared.server.clone());
         Ok(InProcess {
@@ -264,6 +274,17 @@ impl InProcess {
             _dir: Some(dir),
             _etcd: etcd,
         })
+    }
+
+    /// Serves an already built server (another server over the same store, as after a
+    /// restart); the caller keeps whatever the store lives in.
+    pub fn from_server(server: Arc<ApiServer>) -> InProcess {
+        InProcess {
+            router: minik8s_apiserver::router(server.clone()),
+            server,
+            _dir: None,
+            _etcd: None,
+        }
     }
 
     /// Sends a request as the admin; `body` is sent as JSON unless `content_type` says otherwise.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Event, Namespace, NamespaceSpec, NamespaceStatus, Node, PersistentVolume,
-    PersistentVolumeClaim, PersistentVolumeStatus, Secret, Service, ServiceAccount,
+    PersistentVolumeClaim, PersistentVolumeStatus, Secret, Service, ServiceAccount, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -159,6 +159,18 @@ impl Kind for Service {
 
     fn prepare_create(&mut self) {
         self.status = Some(Default::default());
+        if let Some(spec) = self.spec.as_mut() {
+            normalize_cluster_ips(spec, None);
+        }
+    }
+
+    fn prepare_update(&mut self, old: &Self) {
+        let (Some(new), Some(old)) = (self.spec.as_mut(), old.spec.as_ref()) else {
+            return;
+        };
+        drop_type_dependent_fields(new, old);
+        patch_allocated_values(new, old);
+        normalize_cluster_ips(new, Some(old));
     }
 
     fn validate(&self, errs: &mut Errors) {
@@ -166,6 +178,7 @@ impl Kind for Service {
             errs.push(FieldError::required(&Path::new("spec"), ""));
             return;
         };
+        validate_cluster_ips(spec, errs);
         let path = Path::new("spec");
         let ty = spec.type_.as_deref().unwrap_or("ClusterIP");
         if !SERVICE_TYPES.contains(&ty) {
@@ -265,17 +278,6 @@ impl Kind for Service {
                 &["ClientIP", "None"],
             ));
         }
-        if let Some(ip) = spec.cluster_ip.as_deref()
-            && !ip.is_empty()
-            && ip != "None"
-            && ip.parse::<std::net::IpAddr>().is_err()
-        {
-            errs.push(FieldError::invalid(
-                &path.child("clusterIPs").index(0),
-                ip,
-                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
-            ));
-        }
     }
 
     fn validate_update(&self, old: &Self, errs: &mut Errors) {
@@ -283,14 +285,31 @@ impl Kind for Service {
         let (Some(new), Some(old)) = (&self.spec, &old.spec) else {
             return;
         };
-        // A cluster IP, once given, stays (unless the type leaves ClusterIP behind).
+        // The primary cluster IP, once given, stays unless the type goes to or from
+        // ExternalName (upstream's validateUpgradeDowngradeClusterIPs).
+        let external = |s: &ServiceSpec| s.type_.as_deref() == Some("ExternalName");
+        if external(old) || external(new) {
+            return;
+        }
         let old_ip = old.cluster_ip.as_deref().unwrap_or("");
         let new_ip = new.cluster_ip.as_deref().unwrap_or("");
-        let to_external_name = new.type_.as_deref() == Some("ExternalName");
-        if !old_ip.is_empty() && !to_external_name && new_ip != old_ip && !new_ip.is_empty() {
+        if !old_ip.is_empty() && new_ip != old_ip {
             errs.push(FieldError::invalid(
                 &Path::new("spec").child("clusterIPs").index(0),
                 new_ip,
+                "may not change once set",
+            ));
+        }
+        // Families left out are filled in from the stored ones by the allocator.
+        let first = |s: &ServiceSpec| s.ip_families.as_ref().and_then(|f| f.first()).cloned();
+        if first(old).is_some() && first(new).is_some() && first(new) != first(old) {
+            errs.push(FieldError::invalid(
+                &Path::new("spec").child("ipFamilies").index(0),
+                new.ip_families
+                    .as_ref()
+                    .and_then(|f| f.first())
+                    .cloned()
+                    .unwrap_or_default(),
                 "may not change once set",
             ));
         }
@@ -302,6 +321,217 @@ impl Kind for Service {
             "spec.clusterIP" => spec.cluster_ip.clone(),
             "spec.type" => spec.type_.clone(),
             _ => None,
+        }
+    }
+}
+
+fn needs_cluster_ip(spec: &ServiceSpec) -> bool {
+    spec.type_.as_deref() != Some("ExternalName")
+}
+
+/// NodePort and LoadBalancer services have node ports.
+pub fn needs_node_port(spec: &ServiceSpec) -> bool {
+    matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"))
+}
+
+fn node_ports(spec: &ServiceSpec) -> Vec<i32> {
+    spec.ports
+        .iter()
+        .flatten()
+        .filter_map(|p| p.node_port.filter(|n| *n != 0))
+        .collect()
+}
+
+/// Upstream's dropTypeDependentFields: leaving a type clears what only that type has, unless
+/// the update itself changed those values.
+fn drop_type_dependent_fields(new: &mut ServiceSpec, old: &ServiceSpec) {
+    if needs_cluster_ip(old) && !needs_cluster_ip(new) {
+        if new.cluster_ip == old.cluster_ip && new.cluster_ips == old.cluster_ips {
+            new.cluster_ip = None;
+            new.cluster_ips = None;
+        }
+        if new.ip_families == old.ip_families {
+            new.ip_families = None;
+        }
+        if new.ip_family_policy == old.ip_family_policy {
+            new.ip_family_policy = None;
+        }
+    }
+    if needs_node_port(old) && !needs_node_port(new) && node_ports(new) == node_ports(old) {
+        for p in new.ports.iter_mut().flatten() {
+            p.node_port = None;
+        }
+    }
+    if new.type_.as_deref() != Some("LoadBalancer") {
+        new.allocate_load_balancer_node_ports = None;
+    }
+    let external = needs_node_port(new) || new.external_ips.as_ref().is_some_and(|i| !i.is_empty());
+    if !external {
+        new.external_traffic_policy = None;
+    }
+}
+
+/// Upstream's patchAllocatedValues: an update that leaves out the allocated cluster IP or
+/// node ports (a PUT from a manifest, `kubectl apply`) keeps the stored ones.
+fn patch_allocated_values(new: &mut ServiceSpec, old: &ServiceSpec) {
+    if needs_cluster_ip(old) && needs_cluster_ip(new) {
+        if new.cluster_ip.as_deref().unwrap_or("").is_empty() {
+            new.cluster_ip = old.cluster_ip.clone();
+        }
+        if new.cluster_ips.as_ref().is_none_or(|i| i.is_empty())
+            && old.cluster_ips.as_ref().is_some_and(|i| !i.is_empty())
+        {
+            new.cluster_ips = old.cluster_ips.clone();
+        }
+    }
+    if needs_node_port(old) && needs_node_port(new) {
+        let old_ports = node_ports(old);
+        let new_ports = node_ports(new);
+        let used: Vec<i32> = old_ports
+            .into_iter()
+            .filter(|p| new_ports.contains(p))
+            .collect();
+        let by_name: BTreeMap<String, i32> = old
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| (p.name.clone().unwrap_or_default(), p.node_port.unwrap_or(0)))
+            .collect();
+        for p in new.ports.iter_mut().flatten() {
+            if p.node_port.unwrap_or(0) == 0
+                && let Some(old) = by_name.get(p.name.as_deref().unwrap_or(""))
+                && *old != 0
+                && !used.contains(old)
+            {
+                p.node_port = Some(*old);
+            }
+        }
+    }
+}
+
+/// Upstream's normalizeClusterIPs: clients that only know `clusterIP` get `clusterIPs` to match.
+fn normalize_cluster_ips(new: &mut ServiceSpec, old: Option<&ServiceSpec>) {
+    let ip = new.cluster_ip.clone().unwrap_or_default();
+    let ips_empty = new.cluster_ips.as_ref().is_none_or(|i| i.is_empty());
+    if ip.is_empty() {
+        return;
+    }
+    match old {
+        Some(old) if ips_empty || new.cluster_ips == old.cluster_ips => {
+            if old.cluster_ip.as_deref() == Some(ip.as_str()) && ips_empty {
+                new.cluster_ips = old.cluster_ips.clone();
+            } else if old.cluster_ip.as_deref() != Some(ip.as_str()) {
+                new.cluster_ips = Some(vec![ip]);
+            }
+        }
+        None if ips_empty => new.cluster_ips = Some(vec![ip]),
+        _ => {}
+    }
+}
+
+const IP_FAMILIES: &[&str] = &["IPv4", "IPv6"];
+const IP_FAMILY_POLICIES: &[&str] = &["PreferDualStack", "RequireDualStack", "SingleStack"];
+
+/// Upstream's ValidateServiceClusterIPsRelatedFields, for one IP family.
+fn validate_cluster_ips(spec: &ServiceSpec, errs: &mut Errors) {
+    let path = Path::new("spec");
+    let ty = spec.type_.as_deref().unwrap_or("ClusterIP");
+    let ip = spec.cluster_ip.as_deref().unwrap_or("");
+    let ips = spec.cluster_ips.as_deref().unwrap_or_default();
+    if ty == "ExternalName" {
+        if !ip.is_empty() || !ips.is_empty() {
+            errs.push(FieldError::forbidden(
+                &path.child("clusterIPs"),
+                "may not be set for ExternalName services",
+            ));
+        }
+        if spec.ip_families.as_ref().is_some_and(|f| !f.is_empty()) {
+            errs.push(FieldError::forbidden(
+                &path.child("ipFamilies"),
+                "may not be set for ExternalName services",
+            ));
+        }
+        if spec.ip_family_policy.is_some() {
+            errs.push(FieldError::forbidden(
+                &path.child("ipFamilyPolicy"),
+                "may not be set for ExternalName services",
+            ));
+        }
+        return;
+    }
+    if !ips.is_empty() && ips[0] != ip {
+        errs.push(FieldError::invalid(
+            &path.child("clusterIPs").index(0),
+            &ips[0],
+            "must match `clusterIP` when set",
+        ));
+    }
+    if ips.len() > 2 {
+        errs.push(FieldError::invalid(
+            &path.child("clusterIPs"),
+            ips,
+            "may only hold up to 2 values",
+        ));
+    }
+    for (i, v) in ips.iter().enumerate() {
+        let p = path.child("clusterIPs").index(i);
+        if v == "None" {
+            if i > 0 || ips.len() > 1 {
+                errs.push(FieldError::invalid(
+                    &p,
+                    v,
+                    "must not have 'None' specified with other IPs",
+                ));
+            } else if ty == "NodePort" || ty == "LoadBalancer" {
+                errs.push(FieldError::invalid(
+                    &p,
+                    v,
+                    format!("may not be set to 'None' for {ty} services"),
+                ));
+            }
+        } else if v.parse::<std::net::IpAddr>().is_err() {
+            errs.push(FieldError::invalid(
+                &p,
+                v,
+                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            ));
+        }
+    }
+    if ips.is_empty() && !ip.is_empty() && ip != "None" && ip.parse::<std::net::IpAddr>().is_err() {
+        errs.push(FieldError::invalid(
+            &path.child("clusterIPs").index(0),
+            ip,
+            "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+        ));
+    }
+    for (i, f) in spec.ip_families.iter().flatten().enumerate() {
+        if !IP_FAMILIES.contains(&f.as_str()) {
+            errs.push(FieldError::not_supported(
+                &path.child("ipFamilies").index(i),
+                f,
+                IP_FAMILIES,
+            ));
+        }
+    }
+    if let Some(p) = &spec.ip_family_policy
+        && !IP_FAMILY_POLICIES.contains(&p.as_str())
+    {
+        errs.push(FieldError::not_supported(
+            &path.child("ipFamilyPolicy"),
+            p,
+            IP_FAMILY_POLICIES,
+        ));
+    }
+    // A node port may serve one protocol once.
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, p) in spec.ports.iter().flatten().enumerate() {
+        if let Some(np) = p.node_port.filter(|n| *n != 0)
+            && !seen.insert((np, p.protocol.clone().unwrap_or_default()))
+        {
+            errs.push(FieldError::duplicate(
+                &path.child("ports").index(i).child("nodePort"),
+                np,
+            ));
         }
     }
 }

@@ -115,6 +115,8 @@ pub struct ServeOptions {
     pub bookmark_interval: Duration,
     /// Watches without timeoutSeconds end after a random time in [min, 2*min).
     pub min_request_timeout: Duration,
+    /// The ranges Services' cluster IPs and node ports come from.
+    pub service_ranges: crate::registry::services::ServiceRanges,
 }
 
 impl Default for ServeOptions {
@@ -123,6 +125,7 @@ impl Default for ServeOptions {
             namespaces: None,
             bookmark_interval: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
+            service_ranges: Default::default(),
         }
     }
 }

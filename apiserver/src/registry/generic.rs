@@ -35,6 +35,56 @@ pub enum Part {
 /// (defaulted and validated) and the stored object it replaces (`None` on create).
 pub type Track<'a, O> = Option<&'a (dyn Fn(&mut O, Option<&O>) + Send + Sync)>;
 
+/// State a kind keeps beside its objects (upstream's BeginCreate/BeginUpdate/AfterDelete
+/// hooks): the Service cluster IP and node port allocators. A create or update reserves what
+/// it needs before the write and gets a [`Reservation`] that is undone unless the write
+/// commits it.
+pub trait WriteHooks<O>: Send + Sync + 'static {
+    /// After validation of a create, before the write; may fill in allocated values.
+    fn begin_create(&self, obj: &mut O, dry_run: bool) -> Result<Reservation, ApiError>;
+    /// After validation of an update of the main resource, before the write.
+    fn begin_update(&self, new: &mut O, old: &O, dry_run: bool) -> Result<Reservation, ApiError>;
+    /// The object left storage.
+    fn removed(&self, obj: &O);
+}
+
+type Callback = Box<dyn FnOnce() + Send>;
+
+/// What a write reserved: `commit` once the write is stored; dropped uncommitted, it reverts.
+#[must_use]
+#[derive(Default)]
+pub struct Reservation {
+    commit: Option<Callback>,
+    revert: Option<Callback>,
+}
+
+impl Reservation {
+    pub fn new(
+        commit: impl FnOnce() + Send + 'static,
+        revert: impl FnOnce() + Send + 'static,
+    ) -> Self {
+        Reservation {
+            commit: Some(Box::new(commit)),
+            revert: Some(Box::new(revert)),
+        }
+    }
+
+    pub fn commit(mut self) {
+        self.revert = None;
+        if let Some(f) = self.commit.take() {
+            f();
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(f) = self.revert.take() {
+            f();
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ListQuery {
     pub labels: Selector,
@@ -103,6 +153,7 @@ pub struct GenericRegistry<S: Strategy> {
     root: String,
     /// Seen namespaces, for admission without a storage read (set once by the endpoint).
     pub namespaces: std::sync::OnceLock<Arc<super::namespaces::NamespaceCache>>,
+    hooks: Option<Arc<dyn WriteHooks<S::Object>>>,
 }
 
 pub fn parse_rv(rv: &str) -> Result<Revision, ApiError> {
@@ -127,6 +178,18 @@ impl<S: Strategy> GenericRegistry<S> {
             store,
             root,
             namespaces: Default::default(),
+            hooks: None,
+        }
+    }
+
+    pub fn with_hooks(mut self, hooks: Arc<dyn WriteHooks<S::Object>>) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    fn removed(&self, obj: &S::Object) {
+        if let Some(h) = &self.hooks {
+            h.removed(obj);
         }
     }
 
@@ -660,6 +723,10 @@ impl<S: Strategy> GenericRegistry<S> {
                     .unwrap_or_default();
                 self.admit_namespace(&ns, &name).await?;
             }
+            let reservation = match &self.hooks {
+                Some(h) => h.begin_create(&mut candidate, dry_run)?,
+                None => Reservation::default(),
+            };
             if let Some(track) = track {
                 track(&mut candidate, None);
             }
@@ -670,6 +737,7 @@ impl<S: Strategy> GenericRegistry<S> {
             let value = self.encode(&candidate)?;
             match self.store.create(&key, value).await {
                 Ok(kv) => {
+                    reservation.commit();
                     self.wrote(&key, Some(&kv.value), kv.mod_revision);
                     self.strategy.meta_mut(&mut candidate).resource_version =
                         Some(kv.mod_revision.to_string());
@@ -755,8 +823,12 @@ impl<S: Strategy> GenericRegistry<S> {
         }
         let has_status = self.strategy.info().subresource("status").is_some();
         match part {
-            Part::Main if has_status => self.strategy.keep_status(new, old),
-            Part::Main => {}
+            Part::Main => {
+                if has_status {
+                    self.strategy.keep_status(new, old);
+                }
+                self.strategy.prepare_update(new, old);
+            }
             Part::Status => {
                 self.strategy.keep_spec(new, old);
                 let meta = self.strategy.meta_mut(new);
@@ -825,6 +897,10 @@ impl<S: Strategy> GenericRegistry<S> {
             }
             let current = self.decode(&kv)?;
             let mut new = update(current.clone())?;
+            let reservation = match &self.hooks {
+                Some(h) => h.begin_update(&mut new, &current, dry_run)?,
+                None => Reservation::default(),
+            };
             let value = self.encode(&new)?;
             if value == kv.value {
                 return Ok((current, false));
@@ -844,7 +920,9 @@ impl<S: Strategy> GenericRegistry<S> {
             if finalize {
                 match self.store.delete(&key, Some(kv.mod_revision)).await {
                     Ok((_, rev)) => {
+                        drop(reservation);
                         self.wrote(&key, None, rev);
+                        self.removed(&current);
                         self.strategy.meta_mut(&mut new).resource_version = Some(rev.to_string());
                         return Ok((new, true));
                     }
@@ -857,6 +935,7 @@ impl<S: Strategy> GenericRegistry<S> {
             }
             match self.store.update(&key, value, kv.mod_revision).await {
                 Ok(stored) => {
+                    reservation.commit();
                     self.wrote(&key, Some(&stored.value), stored.mod_revision);
                     self.strategy.meta_mut(&mut new).resource_version =
                         Some(stored.mod_revision.to_string());
@@ -1146,6 +1225,7 @@ impl<S: Strategy> GenericRegistry<S> {
                     match self.store.delete(&key, Some(kv.mod_revision)).await {
                         Ok((_, rev)) => {
                             self.wrote(&key, None, rev);
+                            self.removed(&current);
                             return Ok(Deleted::Gone(current));
                         }
                         Err(StoreError::Conflict { .. }) => continue,

@@ -5,3 +5,4 @@ pub mod crd_controller;
 pub mod custom;
 pub mod generic;
 pub mod namespaces;
+pub mod services;

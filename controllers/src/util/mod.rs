@@ -6,4 +6,6 @@ pub mod controller_ref;
 pub mod events;
 pub mod expectations;
 pub mod pods;
+pub mod queue;
 pub mod runtime;
+pub mod service_pods;
