@@ -50,6 +50,9 @@ pub trait Kind:
     fn default_fields(&mut self) {}
     /// The strategy's PrepareForCreate: status reset and the like.
     fn prepare_create(&mut self) {}
+    /// Upstream's mutating admission plugins for this kind (plugin/pkg/admission), run on
+    /// create and on updates of the main resource, never on subresources.
+    fn admit(&mut self) {}
     /// Kind-specific validation; object metadata is validated by the caller.
     fn validate(&self, _errs: &mut Errors) {}
     fn validate_update(&self, _old: &Self, errs: &mut Errors) {
@@ -107,6 +110,8 @@ pub trait Strategy: Send + Sync + 'static {
     fn meta_mut<'a>(&self, obj: &'a mut Self::Object) -> &'a mut ObjectMeta;
     fn default_fields(&self, obj: &mut Self::Object);
     fn prepare_create(&self, obj: &mut Self::Object);
+    /// Mutating admission of the main resource on create and update.
+    fn admit(&self, _obj: &mut Self::Object) {}
     fn validate(&self, obj: &Self::Object) -> Errors;
     fn validate_update(&self, obj: &Self::Object, old: &Self::Object) -> Errors;
     fn keep_status(&self, obj: &mut Self::Object, old: &Self::Object);
@@ -172,6 +177,9 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     }
     fn prepare_create(&self, obj: &mut K) {
         obj.prepare_create()
+    }
+    fn admit(&self, obj: &mut K) {
+        obj.admit()
     }
     fn validate(&self, obj: &K) -> Errors {
         let mut errs = Vec::new();
