@@ -6,3 +6,4 @@
 pub mod hollow;
 pub mod leader;
 pub mod manager;
+pub mod util;

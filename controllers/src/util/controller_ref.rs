@@ -1,0 +1,156 @@
+//! Claiming dependents, as upstream's `ControllerRefManager`: a controller owns the objects
+//! whose controller reference names its UID; it adopts orphans its selector matches and
+//! releases owned objects its selector no longer matches. Only the controller reference decides
+//! ownership, never labels alone, so two controllers with overlapping selectors do not fight.
+//!
+//! Adoption re-reads the owner from the API first (upstream's `RecheckDeletionTimestamp`): an
+//! owner that is being deleted, or was replaced by a new object of the same name, must not
+//! adopt anything.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use minik8s_api::selector::Selector;
+use serde::de::DeserializeOwned;
+
+/// The controller reference of `obj`, if any.
+pub fn controller_of(obj: &impl Resource) -> Option<&OwnerReference> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+}
+
+/// Whether `obj` is controlled by `owner` (by UID).
+pub fn is_controlled_by(obj: &impl Resource, owner: &impl Resource) -> bool {
+    controller_of(obj).is_some_and(|r| Some(&r.uid) == owner.meta().uid.as_ref())
+}
+
+/// A controller reference to `owner`: `controller` and `blockOwnerDeletion` set, as every
+/// upstream workload controller writes it.
+pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).to_string(),
+        kind: K::kind(&()).to_string(),
+        name: owner.name_any(),
+        uid: owner.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Claims the dependents of `owner` among `candidates` (objects of its namespace): returns
+/// the ones it owns after adopting matching orphans and releasing owned objects that no
+/// longer match. Errors of single adoptions or releases are logged and leave that object out.
+pub async fn claim<K, D>(
+    owner: &K,
+    owner_api: &Api<K>,
+    dependents_api: &Api<D>,
+    selector: &Selector,
+    candidates: impl IntoIterator<Item = Arc<D>>,
+) -> Result<Vec<Arc<D>>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    D: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let owner_uid = owner.uid().unwrap_or_default();
+    let owner_deleting = owner.meta().deletion_timestamp.is_some();
+    // Whether a fresh read of the owner allows adoption; read at most once per claim.
+    let mut can_adopt: Option<bool> = None;
+    let mut claimed = Vec::new();
+    for obj in candidates {
+        let matches = selector.matches(obj.meta().labels.as_ref());
+        match controller_of(obj.as_ref()) {
+            Some(r) if r.uid != owner_uid => {}
+            Some(_) => {
+                if matches {
+                    claimed.push(obj);
+                } else if !owner_deleting && obj.meta().deletion_timestamp.is_none() {
+                    release(dependents_api, obj.as_ref(), &owner_uid).await;
+                }
+            }
+            None => {
+                if owner_deleting || !matches || obj.meta().deletion_timestamp.is_some() {
+                    continue;
+                }
+                if obj.namespace() != owner.namespace() {
+                    continue;
+                }
+                let allowed = match can_adopt {
+                    Some(a) => a,
+                    None => {
+                        let fresh = owner_api.get_opt(&owner.name_any()).await?;
+                        let a = fresh.is_some_and(|f| {
+                            f.uid() == owner.uid() && f.meta().deletion_timestamp.is_none()
+                        });
+                        can_adopt = Some(a);
+                        a
+                    }
+                };
+                if !allowed {
+                    continue;
+                }
+                if let Some(adopted) = adopt(dependents_api, obj.as_ref(), owner).await {
+                    claimed.push(Arc::new(adopted));
+                }
+            }
+        }
+    }
+    Ok(claimed)
+}
+
+/// Adds `owner`'s controller reference; the UID in the patch makes it fail on a recreated
+/// object of the same name.
+async fn adopt<K, D>(api: &Api<D>, obj: &D, owner: &K) -> Option<D>
+where
+    K: Resource<DynamicType = ()>,
+    D: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let patch = serde_json::json!({
+        "metadata": {
+            "ownerReferences": [controller_ref(owner)],
+            "uid": obj.uid(),
+        }
+    });
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        Ok(adopted) if is_controlled_by(&adopted, owner) => Some(adopted),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(object = %obj.name_any(), error = %e, "adopting");
+            None
+        }
+    }
+}
+
+async fn release<D>(api: &Api<D>, obj: &D, owner_uid: &str)
+where
+    D: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let patch = serde_json::json!({
+        "metadata": {
+            "ownerReferences": [{"$patch": "delete", "uid": owner_uid}],
+            "uid": obj.uid(),
+        }
+    });
+    if let Err(e) = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        tracing::debug!(object = %obj.name_any(), error = %e, "releasing");
+    }
+}

@@ -1,0 +1,6 @@
+//! What several controllers share, with upstream's semantics (pkg/controller's
+//! controller_utils.go and controller_ref_manager.go).
+
+pub mod controller_ref;
+pub mod expectations;
+pub mod pods;
