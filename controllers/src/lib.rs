@@ -6,4 +6,8 @@
 pub mod hollow;
 pub mod leader;
 pub mod manager;
+pub mod nodeipam;
+pub mod nodelifecycle;
+pub mod podgc;
+pub mod tainteviction;
 pub mod util;

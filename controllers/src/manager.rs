@@ -48,7 +48,24 @@ impl ControllerManagerOptions {
 type Starter = fn(Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn controllers() -> Vec<(&'static str, Starter)> {
-    vec![]
+    vec![
+        ("node-lifecycle-controller", |c| {
+            Box::pin(crate::nodelifecycle::run(c, Default::default()))
+        }),
+        ("taint-eviction-controller", |c| {
+            Box::pin(crate::tainteviction::run(c))
+        }),
+        ("pod-garbage-collector", |c| {
+            Box::pin(crate::podgc::run(c, Default::default()))
+        }),
+        ("node-ipam-controller", |c| {
+            Box::pin(async move {
+                if let Err(e) = crate::nodeipam::run(c, Default::default()).await {
+                    tracing::error!(error = %e, "node-ipam-controller cannot start");
+                }
+            })
+        }),
+    ]
 }
 
 /// Runs the enabled controllers until they are dropped.

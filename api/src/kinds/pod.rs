@@ -188,8 +188,7 @@ pub fn default_toleration_seconds(spec: &mut PodSpec) {
     let tolerates = |key: &str| {
         spec.tolerations.iter().flatten().any(|t| {
             t.key.as_deref().is_none_or(|k| k.is_empty() || k == key)
-                && t
-                    .effect
+                && t.effect
                     .as_deref()
                     .is_none_or(|e| e.is_empty() || e == "NoExecute")
         })
@@ -199,13 +198,15 @@ pub fn default_toleration_seconds(spec: &mut PodSpec) {
         .filter(|key| !tolerates(key))
         .collect();
     for key in missing {
-        spec.tolerations.get_or_insert_with(Vec::new).push(Toleration {
-            key: Some(key.into()),
-            operator: Some("Exists".into()),
-            effect: Some("NoExecute".into()),
-            toleration_seconds: Some(DEFAULT_TOLERATION_SECONDS),
-            value: None,
-        });
+        spec.tolerations
+            .get_or_insert_with(Vec::new)
+            .push(Toleration {
+                key: Some(key.into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoExecute".into()),
+                toleration_seconds: Some(DEFAULT_TOLERATION_SECONDS),
+                value: None,
+            });
     }
 }
 
