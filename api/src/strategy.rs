@@ -63,6 +63,9 @@ pub trait Kind:
     /// The strategy's PrepareForUpdate of the main resource: what an update carries over from
     /// the stored object or drops, before defaulting and validation.
     fn prepare_update(&mut self, _old: &Self) {}
+    /// Upstream's mutating admission plugins for this kind (plugin/pkg/admission), run on
+    /// create and on updates of the main resource, never on subresources.
+    fn admit(&mut self) {}
     /// Kind-specific validation; object metadata is validated by the caller.
     fn validate(&self, _errs: &mut Errors) {}
     fn validate_update(&self, _old: &Self, errs: &mut Errors) {
@@ -121,6 +124,8 @@ pub trait Strategy: Send + Sync + 'static {
     fn default_fields(&self, obj: &mut Self::Object);
     fn prepare_create(&self, obj: &mut Self::Object);
     fn prepare_update(&self, _obj: &mut Self::Object, _old: &Self::Object) {}
+    /// Mutating admission of the main resource on create and update.
+    fn admit(&self, _obj: &mut Self::Object) {}
     fn validate(&self, obj: &Self::Object) -> Errors;
     fn validate_update(&self, obj: &Self::Object, old: &Self::Object) -> Errors;
     fn keep_status(&self, obj: &mut Self::Object, old: &Self::Object);
@@ -189,6 +194,9 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     }
     fn prepare_update(&self, obj: &mut K, old: &K) {
         obj.prepare_update(old)
+    }
+    fn admit(&self, obj: &mut K) {
+        obj.admit()
     }
     fn validate(&self, obj: &K) -> Errors {
         let mut errs = Vec::new();

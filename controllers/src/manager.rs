@@ -64,6 +64,22 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         }),
         ("endpoint", |c| Box::pin(crate::endpoints::run(c))),
         ("endpointslice", |c| Box::pin(crate::endpointslice::run(c))),
+        ("node-lifecycle-controller", |c| {
+            Box::pin(crate::nodelifecycle::run(c, Default::default()))
+        }),
+        ("taint-eviction-controller", |c| {
+            Box::pin(crate::tainteviction::run(c))
+        }),
+        ("pod-garbage-collector", |c| {
+            Box::pin(crate::podgc::run(c, Default::default()))
+        }),
+        ("node-ipam-controller", |c| {
+            Box::pin(async move {
+                if let Err(e) = crate::nodeipam::run(c, Default::default()).await {
+                    tracing::error!(error = %e, "node-ipam-controller cannot start");
+                }
+            })
+        }),
     ]
 }
 

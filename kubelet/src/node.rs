@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
@@ -16,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
 
 use crate::config::KubeletConfig;
 use crate::runtime::Runtime;
@@ -380,11 +382,31 @@ impl NodeAgent {
                 }
             }
         };
+        // The node as the cluster has it: when the node lifecycle controller marked it Unknown
+        // after a gap in heartbeats, the next report sees the difference and posts Ready again
+        // rather than waiting out REPORT_FREQUENCY.
+        let (cluster_view, writer) = kube::runtime::reflector::store::<Node>();
+        let watch = kube::runtime::reflector::reflector(
+            writer,
+            kube::runtime::watcher(
+                Api::<Node>::all(self.client.clone()),
+                kube::runtime::watcher::Config::default()
+                    .fields(&format!("metadata.name={}", self.config.node_name)),
+            ),
+        )
+        .default_backoff()
+        .for_each(|_| async {});
         let status = async move {
             let mut ticker = tokio::time::interval(self.config.node_status_update_frequency);
             let mut last_report = tokio::time::Instant::now() - REPORT_FREQUENCY;
             loop {
                 ticker.tick().await;
+                if let Some(n) = cluster_view.get(&kube::runtime::reflector::ObjectRef::new(
+                    &self.config.node_name,
+                )) {
+                    // A view older than our own last write costs at most one extra report.
+                    node = (*n).clone();
+                }
                 let observed = self.observe().await;
                 let force = last_report.elapsed() >= REPORT_FREQUENCY;
                 match self.report(&node, observed, force).await {
@@ -405,6 +427,6 @@ impl NodeAgent {
                 }
             }
         };
-        tokio::join!(lease, status);
+        tokio::join!(lease, status, watch);
     }
 }

@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, Pod, PodSpec, PodStatus, PodTemplateSpec, Probe, Volume,
+    Container, ContainerPort, EnvVar, Pod, PodSpec, PodStatus, PodTemplateSpec, Probe, Toleration,
+    Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -80,6 +81,12 @@ impl Kind for Pod {
             }),
             ..Default::default()
         });
+    }
+
+    fn admit(&mut self) {
+        if let Some(spec) = self.spec.as_mut() {
+            default_toleration_seconds(spec);
+        }
     }
 
     fn validate(&self, errs: &mut Errors) {
@@ -162,6 +169,44 @@ impl Kind for Pod {
             return None;
         }
         Some(spec.termination_grace_period_seconds.unwrap_or(30))
+    }
+}
+
+/// What the DefaultTolerationSeconds admission plugin gives pods that do not tolerate the
+/// node lifecycle controller's NoExecute taints themselves (upstream's
+/// `--default-not-ready-toleration-seconds` and `--default-unreachable-toleration-seconds`).
+pub const DEFAULT_TOLERATION_SECONDS: i64 = 300;
+pub const TAINT_NODE_NOT_READY: &str = "node.kubernetes.io/not-ready";
+pub const TAINT_NODE_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+/// Upstream's DefaultTolerationSeconds admission: a pod that does not already tolerate
+/// `not-ready:NoExecute` or `unreachable:NoExecute` (a toleration with that key or no key, and
+/// that effect or none) gets one for `DEFAULT_TOLERATION_SECONDS`, so a node that stops
+/// reporting evicts its pods after five minutes rather than at once. Like upstream it looks only
+/// at key and effect: an `Equal` toleration with some value counts as tolerating.
+pub fn default_toleration_seconds(spec: &mut PodSpec) {
+    let tolerates = |key: &str| {
+        spec.tolerations.iter().flatten().any(|t| {
+            t.key.as_deref().is_none_or(|k| k.is_empty() || k == key)
+                && t.effect
+                    .as_deref()
+                    .is_none_or(|e| e.is_empty() || e == "NoExecute")
+        })
+    };
+    let missing: Vec<&str> = [TAINT_NODE_NOT_READY, TAINT_NODE_UNREACHABLE]
+        .into_iter()
+        .filter(|key| !tolerates(key))
+        .collect();
+    for key in missing {
+        spec.tolerations
+            .get_or_insert_with(Vec::new)
+            .push(Toleration {
+                key: Some(key.into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoExecute".into()),
+                toleration_seconds: Some(DEFAULT_TOLERATION_SECONDS),
+                value: None,
+            });
     }
 }
 
@@ -775,6 +820,41 @@ mod tests {
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn default_toleration_seconds_as_upstream() {
+        let admitted = |tolerations: serde_json::Value| {
+            let mut p = pod(serde_json::json!({
+                "spec": {"containers": [], "tolerations": tolerations},
+            }));
+            p.admit();
+            serde_json::to_value(p.spec.unwrap().tolerations).unwrap()
+        };
+        let not_ready = serde_json::json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300});
+        let unreachable = serde_json::json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300});
+        assert_eq!(
+            admitted(serde_json::json!([])),
+            serde_json::json!([not_ready, unreachable])
+        );
+        // A NoSchedule toleration of the same key does not count.
+        let no_schedule = serde_json::json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"});
+        assert_eq!(
+            admitted(serde_json::json!([no_schedule])),
+            serde_json::json!([no_schedule, not_ready, unreachable])
+        );
+        // Only the key and effect are looked at: its own seconds (or none) are kept.
+        let mine = serde_json::json!({"key": "node.kubernetes.io/unreachable", "operator": "Equal", "value": "x", "effect": "NoExecute", "tolerationSeconds": 5});
+        assert_eq!(
+            admitted(serde_json::json!([mine])),
+            serde_json::json!([mine, not_ready])
+        );
+        // A toleration of every key and effect tolerates both.
+        let everything = serde_json::json!({"operator": "Exists"});
+        assert_eq!(
+            admitted(serde_json::json!([everything])),
+            serde_json::json!([everything])
+        );
     }
 
     #[test]

@@ -730,6 +730,9 @@ impl<S: Strategy> GenericRegistry<S> {
             if let Some(track) = track {
                 track(&mut candidate, None);
             }
+            // Mutating admission after field tracking, as upstream's create handler orders
+            // them: what admission adds is owned by no manager.
+            self.strategy.admit(&mut candidate);
             if dry_run {
                 return Ok(candidate);
             }
@@ -840,6 +843,9 @@ impl<S: Strategy> GenericRegistry<S> {
             }
         }
         self.strategy.default_fields(new);
+        if part == Part::Main {
+            self.strategy.admit(new);
+        }
         if part == Part::Main && self.strategy.spec_changed(new, old) == Some(true) {
             let meta = self.strategy.meta_mut(new);
             meta.generation = Some(old_meta.generation.unwrap_or(0) + 1);

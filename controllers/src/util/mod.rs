@@ -9,3 +9,4 @@ pub mod pods;
 pub mod queue;
 pub mod runtime;
 pub mod service_pods;
+pub mod taints;

@@ -1,0 +1,652 @@
+//! The node lifecycle controller (upstream pkg/controller/nodelifecycle): the only judge of
+//! whether a node is alive. A kubelet proves it is by renewing its Lease in `kube-node-lease`
+//! (or posting a new Ready heartbeat); when neither happens for the grace period the node's
+//! conditions become Unknown, its pods stop counting as Ready (so Services and workload
+//! controllers stop relying on them) and it is tainted so that the scheduler avoids it and the
+//! taint eviction controller moves pods off it.
+//!
+//! Upstream polls every node each `--node-monitor-period`; here each node is requeued for the
+//! moment its grace period runs out, and lease renewals and status posts arrive by watch.
+//! Like upstream, no NoExecute taint is placed while every node looks down (the control plane
+//! is then the likelier culprit) or while a small zone is partially disrupted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::channel::mpsc;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use tracing::Instrument;
+
+use crate::util::taints::{self, NO_EXECUTE, NO_SCHEDULE};
+
+pub const REPORTER: &str = "node-controller";
+const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// Nodes with this label never count towards a zone's disruption.
+const EXCLUDE_DISRUPTION_LABEL: &str = "node.kubernetes.io/exclude-disruption";
+/// Condition types the controller turns Unknown; NetworkUnavailable belongs to the network.
+const MONITORED_CONDITIONS: [&str; 4] = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"];
+/// Zones larger than this keep evicting (slowly, upstream) while partially disrupted.
+const LARGE_CLUSTER_THRESHOLD: usize = 50;
+const UNHEALTHY_ZONE_THRESHOLD: f64 = 0.55;
+
+/// Flags named after kube-controller-manager's.
+#[derive(Clone, Debug)]
+pub struct NodeLifecycleConfig {
+    /// `--node-monitor-grace-period`: how long a node may go without a heartbeat.
+    pub node_monitor_grace_period: Duration,
+    /// `--node-startup-grace-period`: the same for a node that never posted a Ready condition.
+    pub node_startup_grace_period: Duration,
+}
+
+impl Default for NodeLifecycleConfig {
+    fn default() -> Self {
+        NodeLifecycleConfig {
+            node_monitor_grace_period: Duration::from_secs(40),
+            node_startup_grace_period: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// The last heartbeat seen from a node, by this process's clock (upstream's nodeHealthData:
+/// the clocks of kubelets are never compared with ours).
+struct Health {
+    /// A node re-created under the same name starts afresh.
+    uid: Option<String>,
+    probe: Instant,
+    heartbeat: Option<Time>,
+    lease_renew: Option<Timestamp>,
+    /// Marking the node's pods NotReady failed and is owed.
+    mark_pods_pending: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ZoneState {
+    Normal,
+    PartialDisruption,
+    FullDisruption,
+}
+
+struct Ctx {
+    client: Client,
+    config: NodeLifecycleConfig,
+    nodes: Store<Node>,
+    leases: Store<Lease>,
+    pods: Store<Pod>,
+    recorder: Recorder,
+    health: Mutex<HashMap<String, Health>>,
+    zones: Mutex<BTreeMap<String, ZoneState>>,
+    /// Reconciles every node when a zone's state changes.
+    all: mpsc::UnboundedSender<()>,
+}
+
+/// Runs the controller until dropped.
+pub async fn run(client: Client, config: NodeLifecycleConfig) {
+    let (leases, lease_writer) = reflector::store();
+    let lease_stream = reflector::reflector(
+        lease_writer,
+        watcher(
+            Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let (pods, pod_writer) = reflector::store();
+    let pod_stream = reflector::reflector(
+        pod_writer,
+        watcher(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().fields("spec.nodeName!="),
+        ),
+    )
+    .default_backoff()
+    .touched_objects()
+    .for_each(|_| async {});
+    let (all, all_rx) = mpsc::unbounded();
+    let controller = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .reconcile_all_on(all_rx);
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        config,
+        nodes: controller.store(),
+        leases,
+        pods,
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: REPORTER.into(),
+                instance: None,
+            },
+        ),
+        health: Mutex::default(),
+        zones: Mutex::default(),
+        all,
+    });
+    // Renewals reach the node of the same name, after the lease store has them.
+    let controller = controller
+        .watches_stream(lease_stream, |lease: Lease| {
+            Some(ObjectRef::<Node>::new(&lease.name_any()))
+        })
+        .run(
+            reconcile,
+            |_, e, _| {
+                tracing::warn!(error = %e, "node lifecycle");
+                Action::requeue(Duration::from_secs(1))
+            },
+            ctx,
+        )
+        .for_each(|_| async {});
+    tokio::join!(pod_stream, controller);
+}
+
+fn condition<'a>(node: &'a Node, ty: &str) -> Option<&'a NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == ty)
+}
+
+fn ready_status(node: &Node) -> &str {
+    condition(node, "Ready").map_or("Unknown", |c| c.status.as_str())
+}
+
+/// Upstream's zone key: region and zone labels (current or beta), empty when neither is set.
+fn zone_key(node: &Node) -> String {
+    let labels = node.labels();
+    let get = |a: &str, b: &str| {
+        labels
+            .get(a)
+            .or_else(|| labels.get(b))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let region = get(
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/region",
+    );
+    let zone = get(
+        "topology.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/zone",
+    );
+    if region.is_empty() && zone.is_empty() {
+        return String::new();
+    }
+    format!("{region}:\x00:{zone}")
+}
+
+fn zone_state(ready: &[bool]) -> ZoneState {
+    let not_ready = ready.iter().filter(|r| !**r).count();
+    if not_ready > 0 && not_ready == ready.len() {
+        ZoneState::FullDisruption
+    } else if not_ready > 2 && not_ready as f64 / ready.len() as f64 >= UNHEALTHY_ZONE_THRESHOLD {
+        ZoneState::PartialDisruption
+    } else {
+        ZoneState::Normal
+    }
+}
+
+/// The state of every zone, with `current` in place of its cached copy.
+fn zone_states(nodes: &[Arc<Node>], current: &Node) -> BTreeMap<String, ZoneState> {
+    let mut ready: BTreeMap<String, Vec<bool>> = BTreeMap::new();
+    let name = current.name_any();
+    let others = nodes.iter().map(|n| &**n).filter(|n| n.name_any() != name);
+    for node in others.chain(std::iter::once(current)) {
+        if node.labels().contains_key(EXCLUDE_DISRUPTION_LABEL) {
+            continue;
+        }
+        ready
+            .entry(zone_key(node))
+            .or_default()
+            .push(ready_status(node) == "True");
+    }
+    ready
+        .into_iter()
+        .map(|(zone, r)| {
+            let state = zone_state(&r);
+            (zone, state)
+        })
+        .collect()
+}
+
+/// Whether NoExecute taints may be placed in `zone` (upstream's eviction rate limits: zero
+/// when every zone is down, and in small partially disrupted zones).
+fn may_taint(states: &BTreeMap<String, ZoneState>, zone: &str, zone_size: usize) -> bool {
+    if !states.is_empty() && states.values().all(|s| *s == ZoneState::FullDisruption) {
+        return false;
+    }
+    match states.get(zone) {
+        Some(ZoneState::PartialDisruption) => zone_size > LARGE_CLUSTER_THRESHOLD,
+        _ => true,
+    }
+}
+
+/// Upstream's tryUpdateNodeHealth past the grace period: every monitored condition Unknown
+/// (added if the kubelet never posted it). Returns whether anything changed.
+fn mark_unknown(node: &mut Node, now: &Time) -> bool {
+    let created = node.metadata.creation_timestamp.clone();
+    let conditions = node
+        .status
+        .get_or_insert_with(Default::default)
+        .conditions
+        .get_or_insert_with(Vec::new);
+    let mut changed = false;
+    for ty in MONITORED_CONDITIONS {
+        match conditions.iter_mut().find(|c| c.type_ == ty) {
+            None => {
+                conditions.push(NodeCondition {
+                    type_: ty.into(),
+                    status: "Unknown".into(),
+                    reason: Some("NodeStatusNeverUpdated".into()),
+                    message: Some("Kubelet never posted node status.".into()),
+                    last_heartbeat_time: created.clone(),
+                    last_transition_time: Some(now.clone()),
+                });
+                changed = true;
+            }
+            Some(c) if c.status != "Unknown" => {
+                c.status = "Unknown".into();
+                c.reason = Some("NodeStatusUnknown".into());
+                c.message = Some("Kubelet stopped posting node status.".into());
+                c.last_transition_time = Some(now.clone());
+                changed = true;
+            }
+            Some(_) => {}
+        }
+    }
+    changed
+}
+
+/// The taints this controller owns that `node` should carry (key, effect).
+fn desired_taints(node: &Node, no_execute_allowed: bool) -> Vec<(&'static str, &'static str)> {
+    let mut want = Vec::new();
+    let ready = ready_status(node);
+    if no_execute_allowed {
+        match ready {
+            "False" => want.push((taints::NOT_READY, NO_EXECUTE)),
+            "Unknown" => want.push((taints::UNREACHABLE, NO_EXECUTE)),
+            _ => {}
+        }
+    }
+    match ready {
+        "False" => want.push((taints::NOT_READY, NO_SCHEDULE)),
+        "Unknown" => want.push((taints::UNREACHABLE, NO_SCHEDULE)),
+        _ => {}
+    }
+    for (ty, key) in [
+        ("MemoryPressure", taints::MEMORY_PRESSURE),
+        ("DiskPressure", taints::DISK_PRESSURE),
+        ("PIDPressure", taints::PID_PRESSURE),
+        ("NetworkUnavailable", taints::NETWORK_UNAVAILABLE),
+    ] {
+        if condition(node, ty).is_some_and(|c| c.status == "True") {
+            want.push((key, NO_SCHEDULE));
+        }
+    }
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        want.push((taints::UNSCHEDULABLE, NO_SCHEDULE));
+    }
+    want
+}
+
+const OWNED_TAINTS: [&str; 7] = [
+    taints::NOT_READY,
+    taints::UNREACHABLE,
+    taints::MEMORY_PRESSURE,
+    taints::DISK_PRESSURE,
+    taints::PID_PRESSURE,
+    taints::NETWORK_UNAVAILABLE,
+    taints::UNSCHEDULABLE,
+];
+
+/// The node's taints with the controller's own brought to `want`; None when already so.
+/// Taints it keeps keep their timeAdded; new NoExecute ones are stamped now.
+fn retaint(node: &Node, want: &[(&str, &str)], now: &Time) -> Option<Vec<Taint>> {
+    let current = taints::node_taints(node);
+    let owned = |t: &Taint| {
+        OWNED_TAINTS.contains(&t.key.as_str())
+            && (t.effect == NO_EXECUTE
+                && matches!(t.key.as_str(), taints::NOT_READY | taints::UNREACHABLE)
+                || t.effect == NO_SCHEDULE)
+    };
+    let mut next: Vec<Taint> = current
+        .iter()
+        .filter(|t| !owned(t) || want.contains(&(t.key.as_str(), t.effect.as_str())))
+        .cloned()
+        .collect();
+    for (key, effect) in want {
+        if !next.iter().any(|t| t.key == *key && t.effect == *effect) {
+            next.push(Taint {
+                key: (*key).into(),
+                effect: (*effect).into(),
+                value: None,
+                time_added: (*effect == NO_EXECUTE).then(|| now.clone()),
+            });
+        }
+    }
+    (next.len() != current.len() || next.iter().zip(current).any(|(a, b)| a != b)).then_some(next)
+}
+
+async fn publish(
+    ctx: &Ctx,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, reference).await {
+        tracing::debug!(error = %e, "publishing event");
+    }
+}
+
+/// Upstream's MarkPodsNotReady: the Ready condition of every pod on the node turns False.
+async fn mark_pods_not_ready(ctx: &Ctx, node: &str) -> Result<(), kube::Error> {
+    let pods = ctx
+        .pods
+        .state_filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node));
+    let mut first_error = None;
+    for pod in pods {
+        let mut pod = (*pod).clone();
+        let Some(status) = pod.status.as_mut() else {
+            continue;
+        };
+        let Some(cond) = status
+            .conditions
+            .iter_mut()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+        else {
+            continue;
+        };
+        if cond.status == "False" {
+            continue;
+        }
+        cond.status = "False".into();
+        cond.last_transition_time = Some(Time(Timestamp::now()));
+        let api: Api<Pod> =
+            Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+        // The write carries the resourceVersion read: a newer status wins, and we retry.
+        match api
+            .replace_status(&pod.name_any(), &PostParams::default(), &pod)
+            .await
+        {
+            Ok(_) => {
+                publish(
+                    ctx,
+                    &pod.object_ref(&()),
+                    EventType::Warning,
+                    "NodeNotReady",
+                    "Node is not ready".into(),
+                )
+                .await;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::info!(pod = %pod.name_any(), error = %e, "marking pod not ready failed");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let name = node.name_any();
+    let span = tracing::info_span!("reconcile", controller = "node-lifecycle", node = %name);
+    reconcile_node(node, ctx).instrument(span).await
+}
+
+async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    // Judging nodes before the leases are known would find every one silent.
+    let _ = ctx.leases.wait_until_ready().await;
+    let _ = ctx.pods.wait_until_ready().await;
+    let name = node.name_any();
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let ready = condition(&node, "Ready").cloned();
+    let lease_renew = ctx
+        .leases
+        .get(&ObjectRef::new(&name).within(NODE_LEASE_NAMESPACE))
+        .and_then(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0));
+    let grace = if ready.is_some() {
+        ctx.config.node_monitor_grace_period
+    } else {
+        ctx.config.node_startup_grace_period
+    };
+    let now = Instant::now();
+    let (probe, first_seen, mark_pending) = {
+        let mut health = ctx.health.lock().expect("health");
+        let first_seen = health.get(&name).is_none_or(|h| h.uid != node.metadata.uid);
+        if first_seen {
+            health.remove(&name);
+        }
+        let h = health.entry(name.clone()).or_insert_with(|| {
+            // A node that never posted status counts from its creation, as upstream's.
+            let probe = match (&ready, &node.metadata.creation_timestamp) {
+                (None, Some(created)) => {
+                    let age = Timestamp::now().duration_since(created.0);
+                    now.checked_sub(Duration::try_from(age).unwrap_or_default())
+                        .unwrap_or(now)
+                }
+                _ => now,
+            };
+            Health {
+                uid: node.metadata.uid.clone(),
+                probe,
+                heartbeat: ready.as_ref().and_then(|c| c.last_heartbeat_time.clone()),
+                lease_renew,
+                mark_pods_pending: false,
+            }
+        });
+        let heartbeat = ready.as_ref().and_then(|c| c.last_heartbeat_time.clone());
+        if ready.is_some() && heartbeat != h.heartbeat {
+            h.heartbeat = heartbeat;
+            h.probe = now;
+        }
+        if lease_renew.is_some() && lease_renew > h.lease_renew {
+            h.lease_renew = lease_renew;
+            h.probe = now;
+        }
+        (h.probe, first_seen, h.mark_pods_pending)
+    };
+    if first_seen {
+        publish(
+            &ctx,
+            &node.object_ref(&()),
+            EventType::Normal,
+            "RegisteredNode",
+            format!("Node {name} event: Registered Node {name} in Controller"),
+        )
+        .await;
+    }
+
+    let observed_ready = ready
+        .as_ref()
+        .map_or("Unknown", |c| c.status.as_str())
+        .to_string();
+    let mut current = (*node).clone();
+    let expires = probe + grace;
+    if now >= expires && mark_unknown(&mut current, &Time(Timestamp::now())) {
+        tracing::info!(silent_for = ?now.duration_since(probe), "node stopped posting status");
+        current = api
+            .replace_status(&name, &PostParams::default(), &current)
+            .await?;
+    }
+
+    let current_ready = ready_status(&current).to_string();
+    if current_ready != "True" && (observed_ready == "True" || mark_pending) {
+        if observed_ready == "True" {
+            publish(
+                &ctx,
+                &current.object_ref(&()),
+                EventType::Normal,
+                "NodeNotReady",
+                format!("Node {name} status is now: NodeNotReady"),
+            )
+            .await;
+        }
+        let marked = mark_pods_not_ready(&ctx, &name).await;
+        if let Some(h) = ctx.health.lock().expect("health").get_mut(&name) {
+            h.mark_pods_pending = marked.is_err();
+        }
+        marked?;
+    } else if current_ready == "True"
+        && let Some(h) = ctx.health.lock().expect("health").get_mut(&name)
+    {
+        h.mark_pods_pending = false;
+    }
+
+    // Zone disruption decides whether NoExecute taints may go on; a change reconciles all.
+    let all_nodes = ctx.nodes.state();
+    let states = zone_states(&all_nodes, &current);
+    let changed = {
+        let mut zones = ctx.zones.lock().expect("zones");
+        let changed = *zones != states;
+        *zones = states.clone();
+        changed
+    };
+    if changed {
+        let _ = ctx.all.unbounded_send(());
+    }
+    let zone = zone_key(&current);
+    let zone_size = all_nodes.iter().filter(|n| zone_key(n) == zone).count();
+    let want = desired_taints(&current, may_taint(&states, &zone, zone_size));
+    if let Some(next) = retaint(&current, &want, &Time(Timestamp::now())) {
+        tracing::info!(taints = ?want, "updating node taints");
+        current.spec.get_or_insert_with(Default::default).taints = Some(next);
+        api.replace(&name, &PostParams::default(), &current).await?;
+    }
+
+    Ok(if now < expires {
+        Action::requeue(expires - now + Duration::from_millis(50))
+    } else {
+        Action::await_change()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(ready: &str, labels: &[(&str, &str)]) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "labels": labels.iter().cloned().collect::<BTreeMap<_, _>>()},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn unknown_as_upstream() {
+        let mut n = node("True", &[]);
+        let now = Time(Timestamp::now());
+        assert!(mark_unknown(&mut n, &now));
+        let c = condition(&n, "Ready").unwrap();
+        assert_eq!(c.status, "Unknown");
+        assert_eq!(c.reason.as_deref(), Some("NodeStatusUnknown"));
+        assert_eq!(
+            c.message.as_deref(),
+            Some("Kubelet stopped posting node status.")
+        );
+        let never = condition(&n, "PIDPressure").unwrap();
+        assert_eq!(never.reason.as_deref(), Some("NodeStatusNeverUpdated"));
+        assert!(!mark_unknown(&mut n, &now));
+    }
+
+    #[test]
+    fn taints_follow_conditions() {
+        let now = Time(Timestamp::now());
+        let n = node("Unknown", &[]);
+        let want = desired_taints(&n, true);
+        assert_eq!(
+            want,
+            vec![
+                (taints::UNREACHABLE, NO_EXECUTE),
+                (taints::UNREACHABLE, NO_SCHEDULE)
+            ]
+        );
+        let next = retaint(&n, &want, &now).unwrap();
+        assert_eq!(next.len(), 2);
+        assert!(next[0].time_added.is_some() && next[1].time_added.is_none());
+        let mut tainted = n.clone();
+        tainted.spec.get_or_insert_with(Default::default).taints = Some(next);
+        assert_eq!(retaint(&tainted, &want, &now), None);
+        // Ready again: the controller's taints go, others stay.
+        let mut back = tainted.clone();
+        back.spec
+            .as_mut()
+            .unwrap()
+            .taints
+            .as_mut()
+            .unwrap()
+            .push(Taint {
+                key: "dedicated".into(),
+                effect: NO_SCHEDULE.into(),
+                ..Default::default()
+            });
+        back.status = node("True", &[]).status;
+        let next = retaint(&back, &desired_taints(&back, true), &now).unwrap();
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].key, "dedicated");
+        // Not ready swaps unreachable for not-ready.
+        let nr = node("False", &[]);
+        assert_eq!(
+            desired_taints(&nr, true)[0],
+            (taints::NOT_READY, NO_EXECUTE)
+        );
+        assert_eq!(
+            desired_taints(&nr, false),
+            vec![(taints::NOT_READY, NO_SCHEDULE)]
+        );
+    }
+
+    #[test]
+    fn disruption_as_upstream() {
+        assert_eq!(zone_state(&[false]), ZoneState::FullDisruption);
+        assert_eq!(zone_state(&[true, false]), ZoneState::Normal);
+        assert_eq!(
+            zone_state(&[true, false, false, false]),
+            ZoneState::PartialDisruption
+        );
+        let all_down = BTreeMap::from([(String::new(), ZoneState::FullDisruption)]);
+        assert!(!may_taint(&all_down, "", 1));
+        let mixed = BTreeMap::from([
+            (String::new(), ZoneState::FullDisruption),
+            ("r:\x00:z".to_string(), ZoneState::Normal),
+        ]);
+        assert!(may_taint(&mixed, "", 1));
+        let partial = BTreeMap::from([(String::new(), ZoneState::PartialDisruption)]);
+        assert!(!may_taint(&partial, "", 4));
+        assert_eq!(
+            zone_key(&node("True", &[("topology.kubernetes.io/zone", "a")])),
+            ":\x00:a"
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! The taint eviction controller (upstream pkg/controller/tainteviction, once the node lifecycle
+//! controller's "taint manager"): a NoExecute taint means pods must leave the node. Pods that do
+//! not tolerate every NoExecute taint are deleted at once; pods that tolerate them for a while
+//! (`tolerationSeconds`, 300 s by default through the DefaultTolerationSeconds admission) are
+//! deleted when the shortest of those runs out, unless the taints go first.
+//!
+//! The clock of a scheduled eviction starts when this controller first sees the pod under
+//! the taints, as upstream's; it is kept in memory, so a restarted controller starts it again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use tracing::Instrument;
+
+use crate::util::taints::{self, NO_EXECUTE};
+
+pub const REPORTER: &str = "taint-eviction-controller";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+}
+
+struct Ctx {
+    client: Client,
+    nodes: Store<Node>,
+    recorder: Recorder,
+    /// Pods whose eviction is scheduled, by namespace/name: when it was first scheduled.
+    scheduled: Mutex<HashMap<String, Instant>>,
+}
+
+fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+}
+
+/// Runs the controller until dropped.
+pub async fn run(client: Client) {
+    let (nodes, node_writer) = reflector::store();
+    let node_stream = reflector::reflector(
+        node_writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .touched_objects();
+    let controller = Controller::new(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().fields("spec.nodeName!="),
+    );
+    let pods = controller.store();
+    // Every change of a node reaches the pods bound to it. The node store is fed by the same
+    // stream before the mapper runs, so a reconcile never sees an older node than its trigger.
+    let controller = controller.watches_stream(node_stream, move |node: Node| {
+        let name = node.name_any();
+        pods.state()
+            .into_iter()
+            .filter(|p| node_name(p) == Some(name.as_str()))
+            .map(|p| ObjectRef::from_obj(&*p))
+            .collect::<Vec<_>>()
+    });
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        nodes: nodes.clone(),
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: REPORTER.into(),
+                instance: None,
+            },
+        ),
+        scheduled: Mutex::default(),
+    });
+    controller
+        .run(
+            reconcile,
+            |_, e, _| {
+                tracing::warn!(error = %e, "taint eviction");
+                Action::requeue(Duration::from_secs(1))
+            },
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The NoExecute taints of the pod's node.
+fn no_execute_taints(node: &Node) -> Vec<&Taint> {
+    taints::node_taints(node)
+        .iter()
+        .filter(|t| t.effect == NO_EXECUTE)
+        .collect()
+}
+
+/// What to do with a pod under `taints`: None when it tolerates them forever; Some(ZERO)
+/// when it must go now; otherwise how long it may stay (upstream's getMinTolerationTime over
+/// the tolerations used).
+fn toleration_time(pod: &Pod, taints: &[&Taint]) -> Option<Duration> {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or(&[]);
+    let mut min: Option<Duration> = None;
+    let mut forever = true;
+    for taint in taints {
+        let used: Vec<_> = tolerations
+            .iter()
+            .filter(|t| taints::tolerates(t, taint))
+            .collect();
+        if used.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        for t in used {
+            if let Some(seconds) = t.toleration_seconds {
+                forever = false;
+                let d = Duration::from_secs(seconds.max(0) as u64);
+                min = Some(min.map_or(d, |m| m.min(d)));
+            }
+        }
+    }
+    if forever { None } else { min }
+}
+
+async fn publish(ctx: &Ctx, pod: &Pod, note: String) {
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "TaintManagerEviction".into(),
+        note: Some(note),
+        action: "Evict".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
+        tracing::debug!(error = %e, "publishing event");
+    }
+}
+
+fn key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+async fn cancel(ctx: &Ctx, pod: &Pod) {
+    let key = key(pod);
+    if ctx
+        .scheduled
+        .lock()
+        .expect("scheduled")
+        .remove(&key)
+        .is_some()
+    {
+        publish(ctx, pod, format!("Cancelling deletion of Pod {key}")).await;
+    }
+}
+
+/// Upstream's addConditionAndDeletePod: the DisruptionTarget condition says why, then the pod
+/// is deleted gracefully (the UID precondition spares a new pod of the same name).
+async fn evict(ctx: &Ctx, pod: &Pod) -> Result<(), kube::Error> {
+    let key = key(pod);
+    ctx.scheduled.lock().expect("scheduled").remove(&key);
+    publish(ctx, pod, format!("Marking for deletion Pod {key}")).await;
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    let condition = PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some("DeletionByTaintManager".into()),
+        message: Some("Taint manager: deleting due to NoExecute taint".into()),
+        last_transition_time: Some(Time(Timestamp::now())),
+        ..Default::default()
+    };
+    let patch = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"uid": pod.uid()},
+        "status": {"conditions": [condition]},
+    });
+    // A strategic merge patch merges the condition by type into the others.
+    match api
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&pod.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let span = tracing::info_span!("reconcile", controller = "taint-eviction", pod = %key(&pod));
+    reconcile_pod(pod, ctx).instrument(span).await
+}
+
+async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        ctx.scheduled.lock().expect("scheduled").remove(&key(&pod));
+        return Ok(Action::await_change());
+    }
+    let node = node_name(&pod).and_then(|n| ctx.nodes.get(&ObjectRef::new(n)));
+    let taints = node.as_deref().map(no_execute_taints).unwrap_or_default();
+    if taints.is_empty() {
+        cancel(&ctx, &pod).await;
+        return Ok(Action::await_change());
+    }
+    let Some(allowed) = toleration_time(&pod, &taints) else {
+        cancel(&ctx, &pod).await;
+        return Ok(Action::await_change());
+    };
+    if allowed.is_zero() {
+        tracing::info!("pod does not tolerate the node's NoExecute taints");
+        evict(&ctx, &pod).await?;
+        return Ok(Action::await_change());
+    }
+    let now = Instant::now();
+    let since = *ctx
+        .scheduled
+        .lock()
+        .expect("scheduled")
+        .entry(key(&pod))
+        .or_insert(now);
+    let due = since + allowed;
+    if now >= due {
+        tracing::info!(tolerated_for = ?allowed, "toleration of the node's NoExecute taints ran out");
+        evict(&ctx, &pod).await?;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(due - now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(tolerations: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [], "tolerations": tolerations},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn toleration_time_as_upstream() {
+        let unreachable = Taint {
+            key: taints::UNREACHABLE.into(),
+            effect: NO_EXECUTE.into(),
+            ..Default::default()
+        };
+        let other = Taint {
+            key: "dedicated".into(),
+            effect: NO_EXECUTE.into(),
+            ..Default::default()
+        };
+        let t = |key: &str, seconds: Option<i64>| serde_json::json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds});
+        assert_eq!(
+            toleration_time(&pod(serde_json::json!([])), &[&unreachable]),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            toleration_time(
+                &pod(serde_json::json!([t(taints::UNREACHABLE, Some(30))])),
+                &[&unreachable]
+            ),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            toleration_time(
+                &pod(serde_json::json!([t(taints::UNREACHABLE, None)])),
+                &[&unreachable]
+            ),
+            None
+        );
+        // One untolerated taint is enough to go now.
+        assert_eq!(
+            toleration_time(
+                &pod(serde_json::json!([t(taints::UNREACHABLE, None)])),
+                &[&unreachable, &other]
+            ),
+            Some(Duration::ZERO)
+        );
+        // The shortest of the tolerations used; a forever one does not lengthen it.
+        assert_eq!(
+            toleration_time(
+                &pod(serde_json::json!([
+                    t(taints::UNREACHABLE, None),
+                    t("dedicated", Some(7))
+                ])),
+                &[&unreachable, &other]
+            ),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            toleration_time(
+                &pod(serde_json::json!([t(taints::UNREACHABLE, Some(-5))])),
+                &[&unreachable]
+            ),
+            Some(Duration::ZERO)
+        );
+    }
+}
