@@ -106,11 +106,11 @@ impl Table {
         while let Some(arg) = iter.next() {
             line.push(' ');
             line.push_str(arg);
-            if *arg == "--comment" {
-                if let Some(comment) = iter.next() {
-                    line.push(' ');
-                    line.push_str(&quote(comment));
-                }
+            if *arg == "--comment"
+                && let Some(comment) = iter.next()
+            {
+                line.push(' ');
+                line.push_str(&quote(comment));
             }
         }
         self.rules.push((index, line));
@@ -714,12 +714,11 @@ pub fn saved_chains(save: &str, table: &str) -> BTreeSet<String> {
         let line = line.trim();
         if let Some(t) = line.strip_prefix('*') {
             inside = t == table;
-        } else if inside {
-            if let Some(rest) = line.strip_prefix(':') {
-                if let Some(chain) = rest.split_whitespace().next() {
-                    chains.insert(chain.to_string());
-                }
-            }
+        } else if inside
+            && let Some(rest) = line.strip_prefix(':')
+            && let Some(chain) = rest.split_whitespace().next()
+        {
+            chains.insert(chain.to_string());
         }
     }
     chains
