@@ -73,7 +73,7 @@ fn node_ip(args: &AgentArgs) -> IpAddr {
         .unwrap_or(IpAddr::from([127, 0, 0, 1]))
 }
 
-fn node_name(args: &AgentArgs) -> String {
+pub fn node_name(args: &AgentArgs) -> String {
     args.node_name
         .clone()
         .unwrap_or_else(|| minik8s_apiserver::server::hostname().to_lowercase())

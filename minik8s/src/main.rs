@@ -4,6 +4,7 @@
 
 mod agent;
 mod control;
+mod net;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -47,6 +48,12 @@ enum Command {
         #[command(flatten)]
         args: control::SchedulerArgs,
     },
+    /// Program this node's iptables for Services (kube-proxy, iptables mode).
+    Proxy(net::ProxyArgs),
+    /// Answer cluster DNS names (`<service>.<namespace>.svc.cluster.local`).
+    Dns(net::DnsArgs),
+    /// Serve Ingresses of the `minik8s` class as an HTTP reverse proxy.
+    Ingress(net::IngressArgs),
     /// Register fake nodes that run their pods without containers (like kubemark or kwok).
     HollowNodes(control::HollowArgs),
     /// Stop every pod this machine runs and remove what the node left behind.
@@ -157,6 +164,17 @@ struct ServerArgs {
     disable_scheduler: bool,
     #[command(flatten)]
     scheduler: control::SchedulerArgs,
+    /// `server` only: do not program iptables for Services beside the node agent.
+    #[arg(long)]
+    disable_proxy: bool,
+    /// `server` only: do not serve cluster DNS beside the node agent.
+    #[arg(long)]
+    disable_dns: bool,
+    /// `server` only: where cluster DNS answers (UDP and TCP).
+    #[arg(long, default_value = "0.0.0.0:53")]
+    dns_bind_address: std::net::SocketAddr,
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
 }
 
 /// `300ms`, `10s`, `5m`, `1h`, or plain seconds.
@@ -251,6 +269,45 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     } else {
         None
     };
+    let (stop_net, net_stopped) = tokio::sync::watch::channel(false);
+    let mut net_tasks = Vec::new();
+    if node.is_some() {
+        let client = || {
+            control::local_client(
+                minik8s_apiserver::router(prepared.server.clone()),
+                net::proxy_user(),
+            )
+        };
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        if !args.disable_proxy {
+            let config = minik8s_proxy::iptables::ProxyConfig {
+                hostname: agent::node_name(&args.agent),
+                cluster_cidr: Some(args.agent.cluster_cidr.clone()),
+                masquerade_all: false,
+            };
+            net_tasks.push(net::spawn_proxier(
+                client(),
+                config,
+                Default::default(),
+                stopped(net_stopped.clone()),
+            ));
+        }
+        if !args.disable_dns {
+            let config = net::dns_config(
+                args.dns_bind_address,
+                &args.cluster_domain,
+                std::path::Path::new("/etc/resolv.conf"),
+            );
+            let (client, stop) = (client(), stopped(net_stopped.clone()));
+            net_tasks.push(tokio::spawn(async move {
+                if let Err(e) = minik8s_proxy::dns::run(client, config, stop).await {
+                    tracing::warn!(error = %e, "cluster DNS is not running");
+                }
+            }));
+        }
+    }
     let (stop_controllers, controllers_stopped) = tokio::sync::oneshot::channel::<()>();
     let controllers = (with_agent && !args.disable_controller_manager).then(|| {
         let client = control::local_client(
@@ -287,6 +344,10 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     }
     if let Some(s) = scheduler {
         let _ = s.await;
+    }
+    let _ = stop_net.send(true);
+    for task in net_tasks {
+        let _ = task.await;
     }
     if let Some(node) = node {
         node.stop();
@@ -388,6 +449,9 @@ fn main() -> anyhow::Result<()> {
                 args,
             } => control::run_scheduler(client, leader_elect, args).await,
             Command::HollowNodes(args) => control::run_hollow(args).await,
+            Command::Proxy(args) => net::run_proxy(args).await,
+            Command::Dns(args) => net::run_dns(args).await,
+            Command::Ingress(args) => net::run_ingress(args).await,
             Command::Teardown(args) => {
                 agent::teardown(&args.data_dir, &args.bridge, &args.cgroup_root).await
             }

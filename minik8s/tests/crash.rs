@@ -25,6 +25,9 @@ fn start(data_dir: &Path, port: u16) -> Child {
             &port.to_string(),
             "--bind-address",
             "127.0.0.1",
+            // Tests never touch the host's iptables or port 53.
+            "--disable-proxy",
+            "--disable-dns",
         ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())

@@ -39,6 +39,9 @@ fn start_with(dir: &Path, port: u16, extra: &[&str]) -> Node_ {
             &port.to_string(),
             "--bind-address",
             "127.0.0.1",
+            // Tests never touch the host's iptables or port 53.
+            "--disable-proxy",
+            "--disable-dns",
         ])
         .args(extra)
         .args([

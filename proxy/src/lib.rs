@@ -1,2 +1,9 @@
-//! Service networking (iptables proxier, cluster DNS, Ingress). Arrives with the networking
-//! issue; until then this crate only holds its place in the workspace.
+//! Service networking on a node: the iptables proxier (kube-proxy), cluster DNS and an Ingress
+//! proxy. All three are plain API clients fed by watches of Services and EndpointSlices, and
+//! share one notion of which endpoints serve (`endpoints`).
+
+pub mod cache;
+pub mod dns;
+pub mod endpoints;
+pub mod ingress;
+pub mod iptables;

@@ -1,0 +1,171 @@
+//! Service networking as commands: `proxy` (kube-proxy, iptables mode), `dns` (cluster DNS) and
+//! `ingress` (the Ingress proxy), each an ordinary API client; `server` runs the proxier and
+//! DNS beside the node agent, through in-process clients.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use minik8s_apiserver::auth::UserInfo;
+use minik8s_proxy::iptables::{CommandIptables, Periods, ProxyConfig};
+
+use crate::control::ClientArgs;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProxyMode {
+    Iptables,
+}
+
+/// Flags named as kube-proxy's.
+#[derive(Args, Clone, Debug)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// This node's name [default: the hostname].
+    #[arg(long)]
+    pub hostname_override: Option<String>,
+    /// The pod range: traffic to cluster IPs from outside it is masqueraded.
+    #[arg(long, default_value = "10.244.0.0/16")]
+    pub cluster_cidr: String,
+    /// Masquerade all traffic sent to cluster IPs.
+    #[arg(long)]
+    pub masquerade_all: bool,
+    #[arg(long, default_value = "1s", value_parser = crate::parse_duration)]
+    pub iptables_min_sync_period: Duration,
+    #[arg(long, default_value = "30s", value_parser = crate::parse_duration)]
+    pub iptables_sync_period: Duration,
+    #[arg(long, value_enum, default_value = "iptables")]
+    pub proxy_mode: ProxyMode,
+    /// Remove every rule and chain the proxier made, then exit.
+    #[arg(long)]
+    pub cleanup: bool,
+}
+
+/// Flags of the cluster DNS server.
+#[derive(Args, Clone, Debug)]
+pub struct DnsArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// UDP and TCP address to answer on.
+    #[arg(long, default_value = "0.0.0.0:53")]
+    pub bind: SocketAddr,
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Other names are forwarded to this file's nameservers.
+    #[arg(long, default_value = "/etc/resolv.conf")]
+    pub resolv_conf: PathBuf,
+}
+
+/// Flags of the Ingress proxy.
+#[derive(Args, Clone, Debug)]
+pub struct IngressArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[arg(long, default_value = "0.0.0.0:80")]
+    pub bind: SocketAddr,
+    /// Addresses published in the Ingresses' status [default: this machine's addresses].
+    #[arg(long, value_delimiter = ',')]
+    pub publish_address: Vec<IpAddr>,
+}
+
+fn hostname(name: &Option<String>) -> String {
+    name.clone()
+        .unwrap_or_else(|| minik8s_apiserver::server::hostname().to_lowercase())
+}
+
+/// kube-proxy sets this so NodePorts answer on 127.0.0.1.
+fn enable_route_localnet() {
+    if let Err(e) = std::fs::write("/proc/sys/net/ipv4/conf/all/route_localnet", "1") {
+        tracing::warn!(error = %e, "cannot set net.ipv4.conf.all.route_localnet: no NodePorts on localhost");
+    }
+}
+
+/// Starts the proxier in the background (the all-in-one server's node half).
+pub fn spawn_proxier(
+    client: kube::Client,
+    config: ProxyConfig,
+    periods: Periods,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    enable_route_localnet();
+    let caches = minik8s_proxy::cache::Caches::start(client);
+    tokio::spawn(async move {
+        let ipt = Arc::new(CommandIptables::default());
+        if let Err(e) = minik8s_proxy::iptables::run(caches, config, ipt, periods, shutdown).await {
+            tracing::error!(error = %e, "proxier stopped");
+        }
+    })
+}
+
+pub async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    let ipt = Arc::new(CommandIptables::default());
+    if args.cleanup {
+        return minik8s_proxy::iptables::apply::cleanup(ipt.as_ref()).context("cleaning up");
+    }
+    let client = args.client.client().await?;
+    let config = ProxyConfig {
+        hostname: hostname(&args.hostname_override),
+        cluster_cidr: Some(args.cluster_cidr.clone()),
+        masquerade_all: args.masquerade_all,
+    };
+    let periods = Periods {
+        min: args.iptables_min_sync_period,
+        max: args.iptables_sync_period,
+    };
+    enable_route_localnet();
+    let caches = minik8s_proxy::cache::Caches::start(client);
+    minik8s_proxy::iptables::run(caches, config, ipt, periods, crate::shutdown_signal()).await?;
+    Ok(())
+}
+
+pub fn dns_config(
+    bind: SocketAddr,
+    domain: &str,
+    resolv_conf: &std::path::Path,
+) -> minik8s_proxy::dns::DnsConfig {
+    let upstreams = std::fs::read_to_string(resolv_conf)
+        .map(|t| minik8s_proxy::dns::upstreams_from_resolv_conf(&t))
+        .unwrap_or_default();
+    minik8s_proxy::dns::DnsConfig {
+        bind,
+        domain: domain.to_string(),
+        upstreams,
+    }
+}
+
+pub async fn run_dns(args: DnsArgs) -> anyhow::Result<()> {
+    let client = args.client.client().await?;
+    let config = dns_config(args.bind, &args.cluster_domain, &args.resolv_conf);
+    minik8s_proxy::dns::run(client, config, crate::shutdown_signal()).await?;
+    Ok(())
+}
+
+pub async fn run_ingress(args: IngressArgs) -> anyhow::Result<()> {
+    let client = args.client.client().await?;
+    let addresses = if args.publish_address.is_empty() {
+        minik8s_apiserver::server::local_addresses()
+            .into_iter()
+            .filter(|ip| !ip.is_loopback())
+            .collect()
+    } else {
+        args.publish_address.clone()
+    };
+    let config = minik8s_proxy::ingress::IngressConfig {
+        bind: args.bind,
+        addresses,
+    };
+    minik8s_proxy::ingress::run(client, config, crate::shutdown_signal()).await?;
+    Ok(())
+}
+
+/// The identity upstream gives kube-proxy.
+pub fn proxy_user() -> UserInfo {
+    UserInfo {
+        name: "system:kube-proxy".into(),
+        uid: String::new(),
+        groups: vec!["system:authenticated".into()],
+    }
+}

@@ -1,0 +1,390 @@
+//! The kernel side: `iptables-restore` for the rendered tables and `iptables -C/-I` for the
+//! jumps from the built-in chains (which a `--noflush` restore cannot own without flushing
+//! everybody else's rules). Behind a trait so tests use a recording fake, and a command prefix
+//! so tests run everything inside a network namespace (`ip netns exec NS`).
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use super::Error;
+use super::render::{FILTER_CHAINS, NAT_CHAINS, SERVICE_CHAIN_PREFIXES, saved_chains};
+
+/// What the proxier needs from iptables.
+pub trait Iptables: Send + Sync {
+    /// `iptables-restore -w --noflush` with `data`.
+    fn restore(&self, data: &str) -> Result<(), Error>;
+    /// `iptables-save -t table`.
+    fn save(&self, table: &str) -> Result<String, Error>;
+    /// Whether `-A chain args` exists (`iptables -C`).
+    fn check(&self, table: &str, chain: &str, args: &[&str]) -> Result<bool, Error>;
+    /// `iptables -I chain args`.
+    fn insert(&self, table: &str, chain: &str, args: &[&str]) -> Result<(), Error>;
+    /// `iptables -D chain args`.
+    fn delete(&self, table: &str, chain: &str, args: &[&str]) -> Result<(), Error>;
+}
+
+/// The iptables binaries, optionally run through a prefix such as `ip netns exec NS`.
+#[derive(Clone, Debug, Default)]
+pub struct CommandIptables {
+    pub prefix: Vec<String>,
+}
+
+impl CommandIptables {
+    fn command(&self, program: &str) -> Command {
+        let mut c = match self.prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
+        c.stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, mut cmd: Command, input: Option<&str>) -> Result<std::process::Output, Error> {
+        let what = format!("{cmd:?}");
+        if input.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| Error::Spawn(what.clone(), e))?;
+        if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin
+                .write_all(data.as_bytes())
+                .map_err(|e| Error::Spawn(what.clone(), e))?;
+        }
+        child.wait_with_output().map_err(|e| Error::Spawn(what, e))
+    }
+
+    fn rule(&self, op: &str, table: &str, chain: &str, args: &[&str]) -> Command {
+        let mut c = self.command("iptables");
+        c.args(["-w", "5", "-t", table, op, chain]).args(args);
+        c
+    }
+}
+
+fn failed(what: &str, out: &std::process::Output) -> Error {
+    Error::Failed(
+        what.to_string(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+impl Iptables for CommandIptables {
+    fn restore(&self, data: &str) -> Result<(), Error> {
+        let mut c = self.command("iptables-restore");
+        c.args(["-w", "5", "--noflush"]);
+        let out = self.run(c, Some(data))?;
+        if !out.status.success() {
+            return Err(failed("iptables-restore", &out));
+        }
+        Ok(())
+    }
+
+    fn save(&self, table: &str) -> Result<String, Error> {
+        let mut c = self.command("iptables-save");
+        c.args(["-t", table]);
+        let out = self.run(c, None)?;
+        if !out.status.success() {
+            return Err(failed("iptables-save", &out));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn check(&self, table: &str, chain: &str, args: &[&str]) -> Result<bool, Error> {
+        let out = self.run(self.rule("-C", table, chain, args), None)?;
+        // 1: no such rule; 2 or more: a real error (no such chain, bad arguments).
+        match out.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(failed("iptables -C", &out)),
+        }
+    }
+
+    fn insert(&self, table: &str, chain: &str, args: &[&str]) -> Result<(), Error> {
+        let out = self.run(self.rule("-I", table, chain, args), None)?;
+        if !out.status.success() {
+            return Err(failed("iptables -I", &out));
+        }
+        Ok(())
+    }
+
+    fn delete(&self, table: &str, chain: &str, args: &[&str]) -> Result<(), Error> {
+        let out = self.run(self.rule("-D", table, chain, args), None)?;
+        if !out.status.success() {
+            return Err(failed("iptables -D", &out));
+        }
+        Ok(())
+    }
+}
+
+/// A jump from a built-in chain into ours.
+pub struct Jump {
+    pub table: &'static str,
+    pub chain: &'static str,
+    pub args: &'static [&'static str],
+}
+
+/// kube-proxy's jumps from the built-in chains (`iptablesJumpChains` upstream).
+pub const JUMPS: &[Jump] = &[
+    Jump {
+        table: "filter",
+        chain: "INPUT",
+        args: &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes externally-visible service portals",
+            "-j",
+            "KUBE-EXTERNAL-SERVICES",
+        ],
+    },
+    Jump {
+        table: "filter",
+        chain: "FORWARD",
+        args: &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes externally-visible service portals",
+            "-j",
+            "KUBE-EXTERNAL-SERVICES",
+        ],
+    },
+    Jump {
+        table: "filter",
+        chain: "INPUT",
+        args: &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes health check service ports",
+            "-j",
+            "KUBE-NODEPORTS",
+        ],
+    },
+    Jump {
+        table: "filter",
+        chain: "FORWARD",
+        args: &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            "KUBE-SERVICES",
+        ],
+    },
+    Jump {
+        table: "filter",
+        chain: "OUTPUT",
+        args: &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            "KUBE-SERVICES",
+        ],
+    },
+    Jump {
+        table: "filter",
+        chain: "FORWARD",
+        args: &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes forwarding rules",
+            "-j",
+            "KUBE-FORWARD",
+        ],
+    },
+    Jump {
+        table: "filter",
+        chain: "INPUT",
+        args: &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes load balancer firewall",
+            "-j",
+            "KUBE-PROXY-FIREWALL",
+        ],
+    },
+    Jump {
+        table: "filter",
+        chain: "OUTPUT",
+        args: &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes load balancer firewall",
+            "-j",
+            "KUBE-PROXY-FIREWALL",
+        ],
+    },
+    Jump {
+        table: "filter",
+        chain: "FORWARD",
+        args: &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes load balancer firewall",
+            "-j",
+            "KUBE-PROXY-FIREWALL",
+        ],
+    },
+    Jump {
+        table: "filter",
+        chain: "INPUT",
+        args: &["-j", "KUBE-FIREWALL"],
+    },
+    Jump {
+        table: "filter",
+        chain: "OUTPUT",
+        args: &["-j", "KUBE-FIREWALL"],
+    },
+    Jump {
+        table: "nat",
+        chain: "OUTPUT",
+        args: &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            "KUBE-SERVICES",
+        ],
+    },
+    Jump {
+        table: "nat",
+        chain: "PREROUTING",
+        args: &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            "KUBE-SERVICES",
+        ],
+    },
+    Jump {
+        table: "nat",
+        chain: "POSTROUTING",
+        args: &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes postrouting rules",
+            "-j",
+            "KUBE-POSTROUTING",
+        ],
+    },
+];
+
+/// One sync: restore the rendered tables (deleting per-service chains that disappeared), then
+/// make sure the built-in chains jump into ours.
+pub fn apply(ipt: &dyn Iptables, rendered: &str) -> Result<(), Error> {
+    let mut existing = ipt.save("filter")?;
+    existing.push_str(&ipt.save("nat")?);
+    let data = super::render::with_stale_chains_deleted(rendered, &existing);
+    ipt.restore(&data)?;
+    for j in JUMPS {
+        if !ipt.check(j.table, j.chain, j.args)? {
+            ipt.insert(j.table, j.chain, j.args)?;
+        }
+    }
+    Ok(())
+}
+
+/// `--cleanup`: removes the jumps and every chain the proxier owns.
+pub fn cleanup(ipt: &dyn Iptables) -> Result<(), Error> {
+    for j in JUMPS {
+        while ipt.check(j.table, j.chain, j.args).unwrap_or(false) {
+            ipt.delete(j.table, j.chain, j.args)?;
+        }
+    }
+    let mut data = String::new();
+    for (table, statics) in [("filter", &FILTER_CHAINS[..]), ("nat", &NAT_CHAINS[..])] {
+        let ours: Vec<String> = saved_chains(&ipt.save(table)?, table)
+            .into_iter()
+            .filter(|c| {
+                statics.contains(&c.as_str())
+                    || SERVICE_CHAIN_PREFIXES.iter().any(|p| c.starts_with(p))
+            })
+            .collect();
+        data.push_str(&format!("*{table}\n"));
+        for c in &ours {
+            data.push_str(&format!(":{c} - [0:0]\n"));
+        }
+        for c in &ours {
+            data.push_str(&format!("-X {c}\n"));
+        }
+        data.push_str("COMMIT\n");
+    }
+    ipt.restore(&data)
+}
+
+/// A fake that records calls and keeps the restored text; `check` answers from the jumps it
+/// inserted.
+#[derive(Default)]
+pub struct FakeIptables {
+    pub restored: Mutex<Vec<String>>,
+    pub jumps: Mutex<Vec<String>>,
+}
+
+impl Iptables for FakeIptables {
+    fn restore(&self, data: &str) -> Result<(), Error> {
+        self.restored.lock().unwrap().push(data.to_string());
+        Ok(())
+    }
+    fn save(&self, _table: &str) -> Result<String, Error> {
+        Ok(String::new())
+    }
+    fn check(&self, table: &str, chain: &str, args: &[&str]) -> Result<bool, Error> {
+        let rule = format!("{table} {chain} {}", args.join(" "));
+        Ok(self.jumps.lock().unwrap().contains(&rule))
+    }
+    fn insert(&self, table: &str, chain: &str, args: &[&str]) -> Result<(), Error> {
+        let rule = format!("{table} {chain} {}", args.join(" "));
+        self.jumps.lock().unwrap().push(rule);
+        Ok(())
+    }
+    fn delete(&self, table: &str, chain: &str, args: &[&str]) -> Result<(), Error> {
+        let rule = format!("{table} {chain} {}", args.join(" "));
+        self.jumps.lock().unwrap().retain(|r| *r != rule);
+        Ok(())
+    }
+}

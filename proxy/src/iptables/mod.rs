@@ -1,0 +1,86 @@
+//! kube-proxy's iptables mode. Watches of Services and EndpointSlices only mark the state dirty;
+//! a bounded-frequency runner then renders the whole ruleset from the caches and applies it with
+//! one `iptables-restore`, at most once per `min_sync_period` and at least once per
+//! `sync_period` (which also repairs rules someone else removed).
+
+pub mod apply;
+pub mod render;
+pub mod runner;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::Caches;
+use tracing::Instrument;
+
+pub use apply::{CommandIptables, FakeIptables, Iptables};
+pub use render::{ProxyConfig, ProxyState, render};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("running {0}: {1}")]
+    Spawn(String, #[source] std::io::Error),
+    #[error("{0} failed: {1}")]
+    Failed(String, String),
+    #[error(transparent)]
+    Cache(#[from] crate::cache::NotReady),
+}
+
+/// How often the proxier syncs (kube-proxy's `--iptables-min-sync-period` and
+/// `--iptables-sync-period`).
+#[derive(Clone, Copy, Debug)]
+pub struct Periods {
+    pub min: Duration,
+    pub max: Duration,
+}
+
+impl Default for Periods {
+    fn default() -> Periods {
+        Periods {
+            min: Duration::from_secs(1),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Runs the proxier until `shutdown`: syncs whenever the caches change (rate-limited) and
+/// periodically.
+pub async fn run(
+    caches: Caches,
+    config: ProxyConfig,
+    ipt: Arc<dyn Iptables>,
+    periods: Periods,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), Error> {
+    tokio::select! {
+        r = caches.ready() => r?,
+        _ = tokio::time::sleep(Duration::from_secs(300)) => return Err(crate::cache::NotReady.into()),
+    }
+    let trigger = caches.changed.clone();
+    runner::bounded_frequency(periods, trigger, shutdown, || {
+        let state = ProxyState {
+            config: config.clone(),
+            services: caches.services(),
+            slices: caches.slices(),
+        };
+        let ipt = ipt.clone();
+        let span = tracing::info_span!("sync_proxy_rules", services = state.services.len());
+        async move {
+            let started = std::time::Instant::now();
+            let rendered = render(&state);
+            let result = tokio::task::spawn_blocking(move || apply::apply(ipt.as_ref(), &rendered))
+                .await
+                .unwrap_or_else(|e| Err(Error::Failed("sync".into(), e.to_string())));
+            match result {
+                Ok(()) => tracing::debug!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "synced iptables rules"
+                ),
+                Err(e) => tracing::error!(error = %e, "syncing iptables rules failed"),
+            }
+        }
+        .instrument(span)
+    })
+    .await;
+    Ok(())
+}

@@ -1,0 +1,804 @@
+//! The whole ruleset as one pure function of what the API says, in iptables-save format, so a
+//! sync is a single `iptables-restore` and tests compare text. The chain layout, names, comments
+//! and match order follow kube-proxy's iptables mode (`pkg/proxy/iptables/proxier.go`), so
+//! anyone who knows `iptables-save` output of a Kubernetes node can read ours.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use sha2::{Digest, Sha256};
+
+use crate::endpoints::{Endpoint, is_headless, port_endpoints, service_key, slices_of};
+
+/// The mark bit kube-proxy uses for "masquerade this" (`--iptables-masquerade-bit` 14).
+pub const MASQ_MARK: &str = "0x4000";
+
+/// Static chains of the nat table, created and owned by the proxier.
+pub const NAT_CHAINS: [&str; 4] = [
+    "KUBE-SERVICES",
+    "KUBE-NODEPORTS",
+    "KUBE-POSTROUTING",
+    "KUBE-MARK-MASQ",
+];
+/// Static chains of the filter table.
+pub const FILTER_CHAINS: [&str; 6] = [
+    "KUBE-NODEPORTS",
+    "KUBE-SERVICES",
+    "KUBE-EXTERNAL-SERVICES",
+    "KUBE-FIREWALL",
+    "KUBE-FORWARD",
+    "KUBE-PROXY-FIREWALL",
+];
+/// Prefixes of the per-service chains, which come and go with services.
+pub const SERVICE_CHAIN_PREFIXES: [&str; 5] = [
+    "KUBE-SVC-",
+    "KUBE-SEP-",
+    "KUBE-EXT-",
+    "KUBE-SVL-",
+    "KUBE-FW-",
+];
+
+/// The node-specific settings of the proxier (kube-proxy's flags).
+#[derive(Clone, Debug, Default)]
+pub struct ProxyConfig {
+    /// This node's name: endpoints on it are "local" for externalTrafficPolicy Local.
+    pub hostname: String,
+    /// Pod traffic comes from here; traffic from elsewhere to a cluster IP is masqueraded.
+    pub cluster_cidr: Option<String>,
+    /// Masquerade all traffic to cluster IPs (`--masquerade-all`).
+    pub masquerade_all: bool,
+}
+
+/// What the rules are rendered from: the proxier's view of the API.
+#[derive(Clone, Debug, Default)]
+pub struct ProxyState {
+    pub config: ProxyConfig,
+    pub services: Vec<Service>,
+    pub slices: Vec<EndpointSlice>,
+}
+
+/// `KUBE-SVC-`/`KUBE-EXT-`/... + the first 16 base32 characters of sha256(name + protocol),
+/// as upstream's `portProtoHash`: the name must fit iptables' 28 characters.
+pub fn chain_name(prefix: &str, service_port: &str, protocol: &str) -> String {
+    hashed(prefix, &format!("{service_port}{protocol}"))
+}
+
+/// `KUBE-SEP-` + hash of service port, protocol and `ip:port`.
+pub fn endpoint_chain_name(service_port: &str, protocol: &str, endpoint: &str) -> String {
+    hashed("KUBE-SEP-", &format!("{service_port}{protocol}{endpoint}"))
+}
+
+fn hashed(prefix: &str, input: &str) -> String {
+    let digest = Sha256::digest(input.as_bytes());
+    let encoded = data_encoding::BASE32.encode(&digest);
+    format!("{prefix}{}", &encoded[..16])
+}
+
+/// One table: chains in the order declared, rules grouped per chain in the order written.
+struct Table {
+    name: &'static str,
+    chains: Vec<String>,
+    rules: Vec<(usize, String)>,
+}
+
+impl Table {
+    fn new(name: &'static str, chains: &[&str]) -> Table {
+        Table {
+            name,
+            chains: chains.iter().map(|c| c.to_string()).collect(),
+            rules: Vec::new(),
+        }
+    }
+
+    fn chain(&mut self, chain: &str) {
+        if !self.chains.iter().any(|c| c == chain) {
+            self.chains.push(chain.to_string());
+        }
+    }
+
+    fn rule(&mut self, chain: &str, args: &[&str]) {
+        self.chain(chain);
+        let index = self.chains.iter().position(|c| c == chain).unwrap_or(0);
+        let mut line = format!("-A {chain}");
+        let mut iter = args.iter();
+        while let Some(arg) = iter.next() {
+            line.push(' ');
+            line.push_str(arg);
+            if *arg == "--comment"
+                && let Some(comment) = iter.next()
+            {
+                line.push(' ');
+                line.push_str(&quote(comment));
+            }
+        }
+        self.rules.push((index, line));
+    }
+
+    fn write(&self, out: &mut String) {
+        let _ = writeln!(out, "*{}", self.name);
+        for c in &self.chains {
+            let _ = writeln!(out, ":{c} - [0:0]");
+        }
+        for i in 0..self.chains.len() {
+            for (_, line) in self.rules.iter().filter(|(c, _)| *c == i) {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out.push_str("COMMIT\n");
+    }
+}
+
+/// iptables-save quotes a comment that has spaces.
+fn quote(comment: &str) -> String {
+    if comment.contains(' ') {
+        format!("\"{comment}\"")
+    } else {
+        comment.to_string()
+    }
+}
+
+/// Renders the filter and nat tables for `state`.
+pub fn render(state: &ProxyState) -> String {
+    let mut filter = Table::new("filter", &FILTER_CHAINS);
+    let mut nat = Table::new("nat", &NAT_CHAINS);
+
+    filter.rule(
+        "KUBE-FIREWALL",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "block incoming localnet connections",
+            "-d",
+            "127.0.0.0/8",
+            "!",
+            "-s",
+            "127.0.0.0/8",
+            "-m",
+            "conntrack",
+            "!",
+            "--ctstate",
+            "RELATED,ESTABLISHED,DNAT",
+            "-j",
+            "DROP",
+        ],
+    );
+    filter.rule(
+        "KUBE-FORWARD",
+        &["-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP"],
+    );
+    let masq_match = format!("{MASQ_MARK}/{MASQ_MARK}");
+    filter.rule(
+        "KUBE-FORWARD",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes forwarding rules",
+            "-m",
+            "mark",
+            "--mark",
+            &masq_match,
+            "-j",
+            "ACCEPT",
+        ],
+    );
+    filter.rule(
+        "KUBE-FORWARD",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes forwarding conntrack rule",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "RELATED,ESTABLISHED",
+            "-j",
+            "ACCEPT",
+        ],
+    );
+
+    nat.rule(
+        "KUBE-POSTROUTING",
+        &["-m", "mark", "!", "--mark", &masq_match, "-j", "RETURN"],
+    );
+    nat.rule("KUBE-POSTROUTING", &["-j", "MARK", "--xor-mark", MASQ_MARK]);
+    nat.rule(
+        "KUBE-POSTROUTING",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service traffic requiring SNAT",
+            "-j",
+            "MASQUERADE",
+            "--random-fully",
+        ],
+    );
+    nat.rule("KUBE-MARK-MASQ", &["-j", "MARK", "--or-mark", MASQ_MARK]);
+
+    let mut services: Vec<&Service> = state.services.iter().collect();
+    services.sort_by_key(|s| service_key(s));
+    for svc in services {
+        if is_headless(svc) {
+            continue;
+        }
+        service_rules(state, svc, &mut filter, &mut nat);
+    }
+
+    nat.rule(
+        "KUBE-SERVICES",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service nodeports; NOTE: this must be the last rule in this chain",
+            "-m",
+            "addrtype",
+            "--dst-type",
+            "LOCAL",
+            "-j",
+            "KUBE-NODEPORTS",
+        ],
+    );
+
+    let mut out = String::new();
+    filter.write(&mut out);
+    nat.write(&mut out);
+    out
+}
+
+fn service_rules(state: &ProxyState, svc: &Service, filter: &mut Table, nat: &mut Table) {
+    let (ns, name) = service_key(svc);
+    let Some(spec) = &svc.spec else { return };
+    let cluster_ip = spec.cluster_ip.as_deref().unwrap_or("");
+    let slices = slices_of(&state.slices, &ns, &name);
+    let external_ips: Vec<&str> = spec
+        .external_ips
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    let lb_ips: Vec<&str> = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_deref())
+        .collect();
+    let node_port_type = matches!(
+        spec.type_.as_deref(),
+        Some("NodePort") | Some("LoadBalancer")
+    );
+    let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        spec.session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .unwrap_or(10800)
+    });
+    let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
+
+    for port in spec.ports.iter().flatten() {
+        let protocol = port.protocol.as_deref().unwrap_or("TCP");
+        let proto = protocol.to_lowercase();
+        let port_name = port.name.as_deref().unwrap_or("");
+        let spn = if port_name.is_empty() {
+            format!("{ns}/{name}")
+        } else {
+            format!("{ns}/{name}:{port_name}")
+        };
+        let svc_port = port.port.to_string();
+        let node_port = port
+            .node_port
+            .filter(|_| node_port_type)
+            .map(|p| p.to_string());
+        let endpoints = port_endpoints(&slices, port_name, protocol);
+        let has_external = node_port.is_some() || !external_ips.is_empty() || !lb_ips.is_empty();
+
+        if endpoints.is_empty() {
+            let comment = format!("{spn} has no endpoints");
+            filter.rule(
+                "KUBE-SERVICES",
+                &[
+                    "-m",
+                    "comment",
+                    "--comment",
+                    &comment,
+                    "-m",
+                    &proto,
+                    "-p",
+                    &proto,
+                    "-d",
+                    cluster_ip,
+                    "--dport",
+                    &svc_port,
+                    "-j",
+                    "REJECT",
+                ],
+            );
+            for ip in external_ips.iter().chain(&lb_ips) {
+                filter.rule(
+                    "KUBE-EXTERNAL-SERVICES",
+                    &[
+                        "-m",
+                        "comment",
+                        "--comment",
+                        &comment,
+                        "-m",
+                        &proto,
+                        "-p",
+                        &proto,
+                        "-d",
+                        ip,
+                        "--dport",
+                        &svc_port,
+                        "-j",
+                        "REJECT",
+                    ],
+                );
+            }
+            if let Some(np) = &node_port {
+                filter.rule(
+                    "KUBE-EXTERNAL-SERVICES",
+                    &[
+                        "-m",
+                        "comment",
+                        "--comment",
+                        &comment,
+                        "-m",
+                        "addrtype",
+                        "--dst-type",
+                        "LOCAL",
+                        "-m",
+                        &proto,
+                        "-p",
+                        &proto,
+                        "--dport",
+                        np,
+                        "-j",
+                        "REJECT",
+                    ],
+                );
+            }
+            continue;
+        }
+
+        let svc_chain = chain_name("KUBE-SVC-", &spn, &proto);
+        let ext_chain = chain_name("KUBE-EXT-", &spn, &proto);
+        let local_chain = chain_name("KUBE-SVL-", &spn, &proto);
+        nat.chain(&svc_chain);
+
+        let cluster_comment = format!("{spn} cluster IP");
+        nat.rule(
+            "KUBE-SERVICES",
+            &[
+                "-m",
+                "comment",
+                "--comment",
+                &cluster_comment,
+                "-m",
+                &proto,
+                "-p",
+                &proto,
+                "-d",
+                cluster_ip,
+                "--dport",
+                &svc_port,
+                "-j",
+                &svc_chain,
+            ],
+        );
+        // Traffic to the cluster IP from outside the pod network is masqueraded so the reply
+        // comes back through this node.
+        let mut masq: Vec<&str> = vec![
+            "-m",
+            "comment",
+            "--comment",
+            cluster_comment.as_str(),
+            "-m",
+            proto.as_str(),
+            "-p",
+            proto.as_str(),
+            "-d",
+            cluster_ip,
+            "--dport",
+            svc_port.as_str(),
+        ];
+        if state.config.masquerade_all {
+            masq.extend(["-j", "KUBE-MARK-MASQ"]);
+            nat.rule(&svc_chain, &masq);
+        } else if let Some(cidr) = &state.config.cluster_cidr {
+            masq.extend(["!", "-s", cidr.as_str(), "-j", "KUBE-MARK-MASQ"]);
+            nat.rule(&svc_chain, &masq);
+        }
+
+        if has_external {
+            nat.chain(&ext_chain);
+            for ip in &external_ips {
+                nat.rule(
+                    "KUBE-SERVICES",
+                    &[
+                        "-m",
+                        "comment",
+                        "--comment",
+                        &format!("{spn} external IP"),
+                        "-m",
+                        &proto,
+                        "-p",
+                        &proto,
+                        "-d",
+                        ip,
+                        "--dport",
+                        &svc_port,
+                        "-j",
+                        &ext_chain,
+                    ],
+                );
+            }
+            for ip in &lb_ips {
+                nat.rule(
+                    "KUBE-SERVICES",
+                    &[
+                        "-m",
+                        "comment",
+                        "--comment",
+                        &format!("{spn} loadbalancer IP"),
+                        "-m",
+                        &proto,
+                        "-p",
+                        &proto,
+                        "-d",
+                        ip,
+                        "--dport",
+                        &svc_port,
+                        "-j",
+                        &ext_chain,
+                    ],
+                );
+            }
+            if let Some(np) = &node_port {
+                nat.rule(
+                    "KUBE-NODEPORTS",
+                    &[
+                        "-m",
+                        "comment",
+                        "--comment",
+                        &spn,
+                        "-m",
+                        &proto,
+                        "-p",
+                        &proto,
+                        "--dport",
+                        np,
+                        "-j",
+                        &ext_chain,
+                    ],
+                );
+            }
+            if !external_local {
+                nat.rule(
+                    &ext_chain,
+                    &[
+                        "-m",
+                        "comment",
+                        "--comment",
+                        &format!("masquerade traffic for {spn} external destinations"),
+                        "-j",
+                        "KUBE-MARK-MASQ",
+                    ],
+                );
+                nat.rule(&ext_chain, &["-j", &svc_chain]);
+            } else {
+                // Local policy keeps the client's address: only endpoints on this node, except
+                // that pods and the node itself may still use any endpoint.
+                if let Some(cidr) = &state.config.cluster_cidr {
+                    nat.rule(
+                        &ext_chain,
+                        &[
+                            "-m",
+                            "comment",
+                            "--comment",
+                            &format!("pod traffic for {spn} external destinations"),
+                            "-s",
+                            cidr,
+                            "-j",
+                            &svc_chain,
+                        ],
+                    );
+                }
+                nat.rule(
+                    &ext_chain,
+                    &[
+                        "-m",
+                        "comment",
+                        "--comment",
+                        &format!("masquerade LOCAL traffic for {spn} external destinations"),
+                        "-m",
+                        "addrtype",
+                        "--src-type",
+                        "LOCAL",
+                        "-j",
+                        "KUBE-MARK-MASQ",
+                    ],
+                );
+                nat.rule(
+                    &ext_chain,
+                    &[
+                        "-m",
+                        "comment",
+                        "--comment",
+                        &format!("route LOCAL traffic for {spn} external destinations"),
+                        "-m",
+                        "addrtype",
+                        "--src-type",
+                        "LOCAL",
+                        "-j",
+                        &svc_chain,
+                    ],
+                );
+                let local: Vec<Endpoint> = endpoints
+                    .iter()
+                    .filter(|e| e.node_name.as_deref() == Some(state.config.hostname.as_str()))
+                    .cloned()
+                    .collect();
+                if local.is_empty() {
+                    let comment = format!("{spn} has no local endpoints");
+                    for ip in external_ips.iter().chain(&lb_ips) {
+                        filter.rule(
+                            "KUBE-EXTERNAL-SERVICES",
+                            &[
+                                "-m",
+                                "comment",
+                                "--comment",
+                                &comment,
+                                "-m",
+                                &proto,
+                                "-p",
+                                &proto,
+                                "-d",
+                                ip,
+                                "--dport",
+                                &svc_port,
+                                "-j",
+                                "DROP",
+                            ],
+                        );
+                    }
+                    if let Some(np) = &node_port {
+                        filter.rule(
+                            "KUBE-EXTERNAL-SERVICES",
+                            &[
+                                "-m",
+                                "comment",
+                                "--comment",
+                                &comment,
+                                "-m",
+                                "addrtype",
+                                "--dst-type",
+                                "LOCAL",
+                                "-m",
+                                &proto,
+                                "-p",
+                                &proto,
+                                "--dport",
+                                np,
+                                "-j",
+                                "DROP",
+                            ],
+                        );
+                    }
+                } else {
+                    nat.rule(&ext_chain, &["-j", &local_chain]);
+                    balance(nat, &local_chain, &spn, &proto, &local, affinity_timeout);
+                }
+            }
+        }
+
+        balance(nat, &svc_chain, &spn, &proto, &endpoints, affinity_timeout);
+
+        for ep in &endpoints {
+            let addr = ep.addr();
+            let sep = endpoint_chain_name(&spn, &proto, &addr);
+            // Hairpin: an endpoint reaching itself through the service must be masqueraded,
+            // or it would answer itself directly.
+            nat.rule(
+                &sep,
+                &[
+                    "-m",
+                    "comment",
+                    "--comment",
+                    &spn,
+                    "-s",
+                    &ep.ip,
+                    "-j",
+                    "KUBE-MARK-MASQ",
+                ],
+            );
+            let mut dnat: Vec<&str> = vec!["-m", "comment", "--comment", spn.as_str()];
+            if affinity_timeout.is_some() {
+                dnat.extend(["-m", "recent", "--name", sep.as_str(), "--set"]);
+            }
+            dnat.extend([
+                "-m",
+                proto.as_str(),
+                "-p",
+                proto.as_str(),
+                "-j",
+                "DNAT",
+                "--to-destination",
+                addr.as_str(),
+            ]);
+            nat.rule(&sep, &dnat);
+        }
+    }
+}
+
+/// The jumps from a service chain to its endpoints: sticky ones first (`-m recent`), then a
+/// random choice where the i-th of n endpoints is taken with probability 1/(n-i).
+fn balance(
+    nat: &mut Table,
+    chain: &str,
+    spn: &str,
+    proto: &str,
+    endpoints: &[Endpoint],
+    affinity_timeout: Option<i32>,
+) {
+    let n = endpoints.len();
+    if let Some(timeout) = affinity_timeout {
+        let seconds = timeout.to_string();
+        for ep in endpoints {
+            let addr = ep.addr();
+            let sep = endpoint_chain_name(spn, proto, &addr);
+            nat.rule(
+                chain,
+                &[
+                    "-m",
+                    "comment",
+                    "--comment",
+                    &format!("{spn} -> {addr}"),
+                    "-m",
+                    "recent",
+                    "--name",
+                    &sep,
+                    "--rcheck",
+                    "--seconds",
+                    &seconds,
+                    "--reap",
+                    "-j",
+                    &sep,
+                ],
+            );
+        }
+    }
+    for (i, ep) in endpoints.iter().enumerate() {
+        let addr = ep.addr();
+        let sep = endpoint_chain_name(spn, proto, &addr);
+        let comment = format!("{spn} -> {addr}");
+        if i + 1 < n {
+            let probability = format!("{:.10}", 1.0 / (n - i) as f64);
+            nat.rule(
+                chain,
+                &[
+                    "-m",
+                    "comment",
+                    "--comment",
+                    &comment,
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "random",
+                    "--probability",
+                    &probability,
+                    "-j",
+                    &sep,
+                ],
+            );
+        } else {
+            nat.rule(chain, &["-m", "comment", "--comment", &comment, "-j", &sep]);
+        }
+    }
+}
+
+/// Chains named in an iptables-save dump of one table.
+pub fn saved_chains(save: &str, table: &str) -> BTreeSet<String> {
+    let mut chains = BTreeSet::new();
+    let mut inside = false;
+    for line in save.lines() {
+        let line = line.trim();
+        if let Some(t) = line.strip_prefix('*') {
+            inside = t == table;
+        } else if inside
+            && let Some(rest) = line.strip_prefix(':')
+            && let Some(chain) = rest.split_whitespace().next()
+        {
+            chains.insert(chain.to_string());
+        }
+    }
+    chains
+}
+
+/// Adds to `rendered` the deletion of per-service chains that exist in the kernel (`existing`,
+/// an iptables-save dump) but are no longer rendered: with `--noflush` nothing else would
+/// remove them. Declaring a chain flushes it, so its rules go before `-X` removes it.
+pub fn with_stale_chains_deleted(rendered: &str, existing: &str) -> String {
+    let mut out = String::with_capacity(rendered.len());
+    let mut table = String::new();
+    let mut declared = BTreeSet::new();
+    let mut rules: Vec<&str> = Vec::new();
+    for line in rendered.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = t.to_string();
+            declared.clear();
+            rules.clear();
+            out.push_str(line);
+            out.push('\n');
+        } else if let Some(rest) = line.strip_prefix(':') {
+            if let Some(c) = rest.split_whitespace().next() {
+                declared.insert(c.to_string());
+            }
+            out.push_str(line);
+            out.push('\n');
+        } else if line == "COMMIT" {
+            let stale: Vec<String> = saved_chains(existing, &table)
+                .into_iter()
+                .filter(|c| {
+                    SERVICE_CHAIN_PREFIXES.iter().any(|p| c.starts_with(p)) && !declared.contains(c)
+                })
+                .collect();
+            for c in &stale {
+                let _ = writeln!(out, ":{c} - [0:0]");
+            }
+            for r in rules.drain(..) {
+                out.push_str(r);
+                out.push('\n');
+            }
+            for c in &stale {
+                let _ = writeln!(out, "-X {c}");
+            }
+            out.push_str("COMMIT\n");
+        } else {
+            rules.push(line);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_names_match_upstream() {
+        // Values from upstream's proxier tests.
+        assert_eq!(
+            chain_name("KUBE-SVC-", "ns1/svc1:p80", "tcp"),
+            "KUBE-SVC-XPGD46QRK7WJZT7O"
+        );
+        assert_eq!(
+            chain_name("KUBE-EXT-", "ns2/svc2:p80", "tcp"),
+            "KUBE-EXT-GNZBNJ2PO5MGZ6GT"
+        );
+        assert_eq!(
+            endpoint_chain_name("ns1/svc1:p80", "tcp", "10.180.0.1:80"),
+            "KUBE-SEP-SXIVWICOYRO3J4NJ"
+        );
+    }
+
+    #[test]
+    fn stale_chains_are_flushed_and_deleted() {
+        let rendered = "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-AAA - [0:0]\n-A KUBE-SERVICES -j KUBE-SVC-AAA\nCOMMIT\n";
+        let existing = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-AAA - [0:0]\n:KUBE-SVC-OLD - [0:0]\n:KUBE-OTHER - [0:0]\nCOMMIT\n";
+        let out = with_stale_chains_deleted(rendered, existing);
+        assert!(out.contains(":KUBE-SVC-AAA - [0:0]\n:KUBE-SVC-OLD - [0:0]\n-A KUBE-SERVICES"));
+        assert!(out.ends_with("-X KUBE-SVC-OLD\nCOMMIT\n"));
+        assert!(!out.contains("-X KUBE-SVC-AAA"));
+        assert!(!out.contains("KUBE-OTHER"));
+    }
+}

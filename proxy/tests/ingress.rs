@@ -1,0 +1,197 @@
+//! The Ingress proxy against an in-process API server, with backends on 127.0.0.1 and
+//! 127.0.0.2: requests reach both endpoints in turn, unmatched requests get 404, a backend
+//! without endpoints 503, changes apply without a restart, and the status lists our address.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use minik8s_proxy::ingress::IngressConfig;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A backend that answers every request with its own address.
+async fn backend(listener: TcpListener) {
+    let name = listener.local_addr().unwrap().ip().to_string();
+    loop {
+        let Ok((mut s, _)) = listener.accept().await else {
+            continue;
+        };
+        let name = name.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut req = Vec::new();
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&req);
+            let fwd = head
+                .lines()
+                .find_map(|l| l.strip_prefix("x-forwarded-host: "))
+                .unwrap_or("-")
+                .to_string();
+            let body = format!("{name} {fwd}");
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+        });
+    }
+}
+
+/// One HTTP/1.1 request; the status code and body.
+async fn get(proxy: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(proxy).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.ok()?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n")?.1.to_string();
+    Some((code, body))
+}
+
+#[tokio::test]
+async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
+    let first = TcpListener::bind("127.0.0.1:0").await?;
+    let port = first.local_addr()?.port();
+    let second = TcpListener::bind(("127.0.0.2", port)).await?;
+    tokio::spawn(backend(first));
+    tokio::spawn(backend(second));
+
+    let api = testkit::InProcess::start(testkit::Backend::Sqlite).await?;
+    let client = api.client();
+    let pp = PostParams::default();
+    Api::<IngressClass>::all(client.clone())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "minik8s", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+                "spec": {"controller": "minik8s.io/ingress"}
+            }))?,
+        )
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    for (name, ip) in [("web", "10.96.0.30"), ("empty", "10.96.0.31")] {
+        services
+            .create(
+                &pp,
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {"clusterIP": ip, "ports": [{"name": "http", "port": 80, "targetPort": port}]}
+                }))?,
+            )
+            .await?;
+    }
+    Api::<EndpointSlice>::namespaced(client.clone(), "default")
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
+                "addressType": "IPv4",
+                "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+                "endpoints": [
+                    {"addresses": ["127.0.0.1"], "conditions": {"ready": true}},
+                    {"addresses": ["127.0.0.2"], "conditions": {"ready": true}},
+                ]
+            }))?,
+        )
+        .await?;
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), "default");
+    ingresses
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "main"},
+                "spec": {"rules": [{"host": "foo.example", "http": {"paths": [
+                    {"path": "/app", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}},
+                    {"path": "/empty", "pathType": "Exact", "backend": {"service": {"name": "empty", "port": {"name": "http"}}}},
+                ]}}]}
+            }))?,
+        )
+        .await?;
+
+    let bind: SocketAddr = format!("127.0.0.1:{}", testkit::free_port()).parse()?;
+    let config = IngressConfig {
+        bind,
+        addresses: vec!["127.0.0.1".parse()?],
+    };
+    tokio::spawn(minik8s_proxy::ingress::run(
+        client.clone(),
+        config,
+        std::future::pending(),
+    ));
+
+    testkit::eventually(Duration::from_secs(20), "the route is served", || async {
+        let (code, _) = get(bind, "foo.example", "/app/x").await?;
+        (code == 200).then_some(())
+    })
+    .await;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let (code, body) = get(bind, "foo.example", "/app/x").await.expect("answer");
+        assert_eq!(code, 200);
+        seen.push(body);
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "127.0.0.1 foo.example",
+            "127.0.0.1 foo.example",
+            "127.0.0.2 foo.example",
+            "127.0.0.2 foo.example"
+        ],
+        "round-robin over both endpoints, Host passed on"
+    );
+    assert_eq!(
+        get(bind, "foo.example", "/application").await.unwrap().0,
+        404
+    );
+    assert_eq!(get(bind, "bar.example", "/app").await.unwrap().0, 404);
+    assert_eq!(get(bind, "foo.example", "/empty").await.unwrap().0, 503);
+
+    // A new rule applies without a restart.
+    let patch =
+        json!({"spec": {"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}});
+    ingresses
+        .patch("main", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    testkit::eventually(
+        Duration::from_secs(20),
+        "the default backend serves",
+        || async {
+            let (code, _) = get(bind, "bar.example", "/anything").await?;
+            (code == 200).then_some(())
+        },
+    )
+    .await;
+
+    testkit::eventually(
+        Duration::from_secs(20),
+        "the status lists our address",
+        || async {
+            let ing = ingresses.get("main").await.ok()?;
+            let ips: Vec<String> = ing
+                .status?
+                .load_balancer?
+                .ingress?
+                .into_iter()
+                .filter_map(|i| i.ip)
+                .collect();
+            (ips == ["127.0.0.1"]).then_some(())
+        },
+    )
+    .await;
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! The rendered rules work in a real kernel: inside a network namespace made for the test, two
+//! tiny TCP servers are the endpoints of a Service; connections to its cluster IP (and to its
+//! NodePort on 127.0.0.1) from inside the namespace reach both. Needs root; the host's own
+//! namespace is never touched. The namespace is deleted at the end, also on failure.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use minik8s_proxy::iptables::apply::{self, CommandIptables, Iptables};
+use minik8s_proxy::iptables::{ProxyConfig, ProxyState, render};
+use serde_json::json;
+
+struct Netns {
+    name: String,
+    children: Vec<Child>,
+}
+
+impl Netns {
+    fn create(name: &str) -> anyhow::Result<Netns> {
+        let _ = Command::new("ip").args(["netns", "del", name]).status();
+        run(Command::new("ip").args(["netns", "add", name]))?;
+        Ok(Netns {
+            name: name.to_string(),
+            children: Vec::new(),
+        })
+    }
+
+    fn exec(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).args(args);
+        c
+    }
+
+    fn prefix(&self) -> Vec<String> {
+        ["ip", "netns", "exec", &self.name]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd.output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+const SERVER: &str = r#"
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(64)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    c.sendall(sys.argv[1].encode())
+    c.close()
+"#;
+
+const CLIENT: &str = r#"
+import socket, sys
+seen = set()
+for _ in range(int(sys.argv[3])):
+    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+    seen.add(c.recv(100).decode())
+    c.close()
+print(" ".join(sorted(seen)))
+"#;
+
+fn python() -> &'static str {
+    if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+/// Which backends answered `tries` connections to `ip:port` from inside the namespace.
+fn backends_seen(ns: &Netns, ip: &str, port: u16, tries: u32) -> anyhow::Result<BTreeSet<String>> {
+    let out = run(&mut ns.exec(&[
+        python(),
+        "-c",
+        CLIENT,
+        ip,
+        &port.to_string(),
+        &tries.to_string(),
+    ]))?;
+    Ok(out.split_whitespace().map(String::from).collect())
+}
+
+fn state() -> ProxyState {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": "web"},
+        "spec": {"type": "NodePort", "clusterIP": "10.96.0.10",
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30080}]}
+    }))
+    .unwrap();
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": [
+            {"addresses": ["10.244.0.2"], "conditions": {"ready": true}},
+            {"addresses": ["10.244.0.3"], "conditions": {"ready": true}},
+            {"addresses": ["10.244.0.4"], "conditions": {"ready": false}},
+        ]
+    }))
+    .unwrap();
+    ProxyState {
+        config: ProxyConfig {
+            hostname: "node".into(),
+            cluster_cidr: Some("10.244.0.0/16".into()),
+            masquerade_all: false,
+        },
+        services: vec![svc],
+        slices: vec![slice],
+    }
+}
+
+#[test]
+fn cluster_ip_and_node_port_reach_both_endpoints_inside_a_netns() -> anyhow::Result<()> {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to create a network namespace");
+        return Ok(());
+    }
+    let mut ns = Netns::create(&format!("m8s-proxy-{}", std::process::id()))?;
+    run(&mut ns.exec(&["ip", "link", "set", "lo", "up"]))?;
+    for ip in ["10.244.0.2", "10.244.0.3", "10.244.0.4"] {
+        run(&mut ns.exec(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]))?;
+    }
+    // As on a node: the service range has a route, so connect() gets to the DNAT rule.
+    run(&mut ns.exec(&["ip", "route", "add", "10.96.0.0/12", "dev", "lo"]))?;
+    run(&mut ns.exec(&["sysctl", "-q", "-w", "net.ipv4.conf.all.route_localnet=1"]))?;
+    for ip in ["10.244.0.2", "10.244.0.3", "10.244.0.4"] {
+        let mut child = ns
+            .exec(&[python(), "-c", SERVER, ip, "8080"])
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
+        ns.children.push(child);
+        anyhow::ensure!(line.trim() == "ready", "backend {ip} did not start");
+    }
+
+    let ipt = CommandIptables {
+        prefix: ns.prefix(),
+    };
+    apply::apply(&ipt, &render(&state()))?;
+
+    // Each connection picks an endpoint at random (p = 1/2): 64 tries miss one with
+    // probability 2^-63. The not-ready endpoint never answers.
+    let want: BTreeSet<String> = ["10.244.0.2", "10.244.0.3"].map(String::from).into();
+    assert_eq!(
+        backends_seen(&ns, "10.96.0.10", 80, 64)?,
+        want,
+        "cluster IP"
+    );
+    assert_eq!(
+        backends_seen(&ns, "127.0.0.1", 30080, 64)?,
+        want,
+        "NodePort on localhost"
+    );
+
+    // Applying twice changes nothing (the jumps are not duplicated).
+    apply::apply(&ipt, &render(&state()))?;
+    let nat = ipt.save("nat")?;
+    assert_eq!(
+        nat.matches(
+            "-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"
+        )
+        .count(),
+        1,
+        "{nat}"
+    );
+
+    // The service goes away: its chains are deleted and the address stops answering.
+    let mut gone = state();
+    gone.services.clear();
+    apply::apply(&ipt, &render(&gone))?;
+    let nat = ipt.save("nat")?;
+    assert!(
+        !nat.contains("KUBE-SVC-") && !nat.contains("KUBE-SEP-"),
+        "{nat}"
+    );
+    assert!(
+        backends_seen(&ns, "10.96.0.10", 80, 1).is_err(),
+        "no DNAT any more"
+    );
+
+    // --cleanup removes every chain and jump.
+    apply::cleanup(&ipt)?;
+    let all = format!("{}{}", ipt.save("nat")?, ipt.save("filter")?);
+    assert!(!all.contains("KUBE-"), "{all}");
+    Ok(())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
