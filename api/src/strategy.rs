@@ -45,6 +45,9 @@ pub trait Kind:
     const UNCONDITIONAL_UPDATE: bool = true;
     /// Whether a delete without a propagation policy orphans dependents (batch/v1 Jobs).
     const ORPHAN_BY_DEFAULT: bool = false;
+    /// Whether a status update may change annotations (Deployments: the controller records
+    /// the revision annotation through status, as upstream's status strategy allows).
+    const STATUS_WRITES_ANNOTATIONS: bool = false;
 
     /// Upstream's defaulting functions; run on create and update.
     fn default_fields(&mut self) {}
@@ -121,6 +124,9 @@ pub trait Strategy: Send + Sync + 'static {
     fn default_grace_period(&self, obj: &Self::Object) -> Option<i64>;
     fn allow_unconditional_update(&self) -> bool;
     fn orphan_by_default(&self) -> bool;
+    fn status_writes_annotations(&self) -> bool {
+        false
+    }
     fn begin_delete(&self, obj: &mut Self::Object) -> bool;
     fn finalized(&self, obj: &Self::Object) -> bool;
     fn deletion_forbidden(&self, obj: &Self::Object) -> Option<&'static str>;
@@ -218,6 +224,9 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     }
     fn orphan_by_default(&self) -> bool {
         K::ORPHAN_BY_DEFAULT
+    }
+    fn status_writes_annotations(&self) -> bool {
+        K::STATUS_WRITES_ANNOTATIONS
     }
     fn begin_delete(&self, obj: &mut K) -> bool {
         obj.begin_delete()

@@ -3,7 +3,9 @@
 //! API (watch, reflector cache, reconcile by key, requeue with backoff), so they prove the API
 //! works for third-party controllers too.
 
+pub mod deployment;
 pub mod hollow;
 pub mod leader;
 pub mod manager;
+pub mod replicaset;
 pub mod util;

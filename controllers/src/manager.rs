@@ -48,7 +48,10 @@ impl ControllerManagerOptions {
 type Starter = fn(Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn controllers() -> Vec<(&'static str, Starter)> {
-    vec![]
+    vec![
+        ("replicaset", |c| Box::pin(crate::replicaset::run(c))),
+        ("deployment", |c| Box::pin(crate::deployment::run(c))),
+    ]
 }
 
 /// Runs the enabled controllers until they are dropped.

@@ -1,0 +1,163 @@
+//! A cluster for workload controller tests: the in-process API server, hollow nodes, a
+//! stand-in scheduler that binds pending pods round-robin, and the controllers under test as
+//! tasks that can be stopped and started again.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use minik8s_controllers::hollow::{self, HollowConfig};
+use testkit::{Backend, InProcess};
+use tokio::task::JoinHandle;
+
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub struct Cluster {
+    pub api: InProcess,
+    pub client: Client,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Cluster {
+    /// The API server, three hollow nodes and the binder.
+    pub async fn start() -> anyhow::Result<Cluster> {
+        testkit::init_tracing();
+        let api = InProcess::start(Backend::Sqlite).await?;
+        let client = api.client();
+        let config = HollowConfig {
+            count: 3,
+            ..Default::default()
+        };
+        let nodes = config.node_names();
+        let hollow = tokio::spawn({
+            let client = client.clone();
+            async move {
+                if let Err(e) = hollow::run(client, config).await {
+                    panic!("hollow nodes: {e}");
+                }
+            }
+        });
+        let binder = tokio::spawn(bind_pending(client.clone(), nodes));
+        Ok(Cluster {
+            api,
+            client,
+            tasks: vec![hollow, binder],
+        })
+    }
+
+    pub fn spawn(&mut self, f: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.push(tokio::spawn(f));
+    }
+}
+
+/// Binds every pod without a node to the nodes in turn, as a scheduler would.
+pub async fn bind_pending(client: Client, nodes: Vec<String>) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let ctx = Arc::new((client.clone(), nodes, next));
+    Controller::new(
+        Api::<Pod>::all(client),
+        watcher::Config::default().fields("spec.nodeName="),
+    )
+    .run(
+        |pod: Arc<Pod>, ctx: Arc<(Client, Vec<String>, Arc<AtomicUsize>)>| async move {
+            let (client, nodes, next) = &*ctx;
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| !n.is_empty());
+            if bound || pod.metadata.deletion_timestamp.is_some() {
+                return Ok::<_, kube::Error>(Action::await_change());
+            }
+            let node = &nodes[next.fetch_add(1, Ordering::SeqCst) % nodes.len()];
+            let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap());
+            let binding = Binding {
+                metadata: ObjectMeta {
+                    name: Some(pod.name_any()),
+                    ..Default::default()
+                },
+                target: ObjectReference {
+                    kind: Some("Node".into()),
+                    name: Some(node.clone()),
+                    ..Default::default()
+                },
+            };
+            match api
+                .create_subresource::<_, serde_json::Value>(
+                    "binding",
+                    &pod.name_any(),
+                    &PostParams::default(),
+                    &binding,
+                )
+                .await
+            {
+                Ok(_) => Ok(Action::await_change()),
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                    Ok(Action::await_change())
+                }
+                Err(e) => Err(e),
+            }
+        },
+        |_, _, _| Action::requeue(Duration::from_millis(200)),
+        ctx,
+    )
+    .for_each(|_| async {})
+    .await;
+}
+
+/// Pods that are not being deleted, finished pods included.
+pub fn live(pods: &[Pod]) -> Vec<&Pod> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+pub fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+pub fn owned_by<'a>(pods: &'a [Pod], rs: &ReplicaSet) -> Vec<&'a Pod> {
+    pods.iter()
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && Some(&o.uid) == rs.metadata.uid.as_ref())
+        })
+        .collect()
+}
+
+/// Reasons of the events about `name` from `reporter`.
+pub async fn event_reasons(client: &Client, ns: &str, name: &str, reporter: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let Ok(list) = events.list(&Default::default()).await else {
+        return Vec::new();
+    };
+    list.items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.reporting_controller.as_deref() == Some(reporter))
+        .filter_map(|e| e.reason)
+        .collect()
+}
