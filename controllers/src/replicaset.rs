@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -33,6 +33,7 @@ use tracing::Instrument;
 use crate::util::controller_ref::{claim, controller_of, controller_ref};
 use crate::util::expectations::{Expectations, observe_pods};
 use crate::util::pods::{is_active, is_available, is_ready, phase, pod_from_template};
+use crate::util::sync::{publish, retry};
 
 /// Upstream's `BurstReplicas`: at most this many creations or deletions per sync.
 pub const BURST_REPLICAS: usize = 500;
@@ -141,15 +142,11 @@ fn rs_selector(rs: &ReplicaSet) -> Result<Selector, SelectorError> {
 }
 
 fn error_policy(rs: Arc<ReplicaSet>, error: &Error, _: Arc<Ctx>) -> Action {
-    // A conflict means the cache is behind a write; the watch event is on its way.
-    if let Error::Kube(kube::Error::Api(s)) = error
-        && s.code == 409
-    {
-        tracing::debug!(replicaset = %key(&rs), %error, "conflict");
-        return Action::requeue(Duration::from_millis(100));
-    }
-    tracing::warn!(replicaset = %key(&rs), %error, "sync failed");
-    Action::requeue(Duration::from_secs(1))
+    let kube_error = match error {
+        Error::Kube(e) => Some(e),
+        _ => None,
+    };
+    retry(&key(&rs), kube_error, error)
 }
 
 async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -271,7 +268,7 @@ async fn manage_replicas(
                     match api.create(&PostParams::default(), &pod).await {
                         Ok(p) => {
                             publish(
-                                ctx,
+                                &ctx.recorder,
                                 &reference,
                                 EventType::Normal,
                                 "SuccessfulCreate",
@@ -282,7 +279,7 @@ async fn manage_replicas(
                         }
                         Err(e) => {
                             publish(
-                                ctx,
+                                &ctx.recorder,
                                 &reference,
                                 EventType::Warning,
                                 "FailedCreate",
@@ -323,7 +320,7 @@ async fn manage_replicas(
                     match api.delete(&pod.name_any(), &params).await {
                         Ok(_) => {
                             publish(
-                                ctx,
+                                &ctx.recorder,
                                 &reference,
                                 EventType::Normal,
                                 "SuccessfulDelete",
@@ -339,7 +336,7 @@ async fn manage_replicas(
                                 return Ok(());
                             }
                             publish(
-                                ctx,
+                                &ctx.recorder,
                                 &reference,
                                 EventType::Warning,
                                 "FailedDelete",
@@ -357,25 +354,6 @@ async fn manage_replicas(
                 None => Ok(()),
             }
         }
-    }
-}
-
-async fn publish(
-    ctx: &Ctx,
-    reference: &k8s_openapi::api::core::v1::ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, reference).await {
-        tracing::debug!(error = %e, "publishing event");
     }
 }
 

@@ -25,7 +25,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -33,6 +33,7 @@ use minik8s_api::selector::{Selector, SelectorError};
 use tracing::Instrument;
 
 use crate::util::controller_ref::{claim, controller_of};
+use crate::util::sync::{publish, retry};
 
 const REPORTER: &str = "deployment-controller";
 
@@ -141,15 +142,11 @@ fn deployment_of_pod(sets: &Store<ReplicaSet>, pod: &Pod) -> Option<ObjectRef<De
 }
 
 fn error_policy(d: Arc<Deployment>, error: &Error, _: Arc<Ctx>) -> Action {
-    // A conflict means the cache is behind a write; the watch event is on its way.
-    if let Error::Kube(kube::Error::Api(s)) = error
-        && s.code == 409
-    {
-        tracing::debug!(deployment = %key(&d), %error, "conflict");
-        return Action::requeue(Duration::from_millis(100));
-    }
-    tracing::warn!(deployment = %key(&d), %error, "sync failed");
-    Action::requeue(Duration::from_secs(1))
+    let kube_error = match error {
+        Error::Kube(e) => Some(e),
+        _ => None,
+    };
+    retry(&key(&d), kube_error, error)
 }
 
 async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -255,16 +252,7 @@ fn pods_by_rs(pods: &Store<Pod>, sets: &[ReplicaSet]) -> HashMap<String, Vec<Arc
 
 impl Syncer {
     async fn event(&self, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
         let reference = self.d.object_ref(&());
-        if let Err(e) = self.ctx.recorder.publish(&event, &reference).await {
-            tracing::debug!(error = %e, "publishing event");
-        }
+        publish(&self.ctx.recorder, &reference, type_, reason, note).await;
     }
 }

@@ -87,12 +87,7 @@ impl Syncer {
         old: &mut [ReplicaSet],
         max_cleanup: i32,
     ) -> Result<i32, Error> {
-        let mut targets: Vec<ReplicaSet> = old
-            .iter()
-            .filter(|rs| rs_replicas(rs) > 0)
-            .cloned()
-            .collect();
-        targets.sort_by(by_creation);
+        let targets = active_oldest_first(old);
         let mut total = 0;
         for rs in targets {
             if total >= max_cleanup {
@@ -122,12 +117,7 @@ impl Syncer {
         if available <= min_available {
             return Ok(0);
         }
-        let mut targets: Vec<ReplicaSet> = old
-            .iter()
-            .filter(|rs| rs_replicas(rs) > 0)
-            .cloned()
-            .collect();
-        targets.sort_by(by_creation);
+        let targets = active_oldest_first(old);
         let to_scale = available - min_available;
         let mut total = 0;
         for rs in targets {
@@ -142,4 +132,15 @@ impl Syncer {
         }
         Ok(total)
     }
+}
+
+/// The ReplicaSets with replicas, oldest first: the order old ones are scaled down in.
+fn active_oldest_first(sets: &[ReplicaSet]) -> Vec<ReplicaSet> {
+    let mut active: Vec<ReplicaSet> = sets
+        .iter()
+        .filter(|rs| rs_replicas(rs) > 0)
+        .cloned()
+        .collect();
+    active.sort_by(by_creation);
+    active
 }

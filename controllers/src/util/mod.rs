@@ -4,3 +4,4 @@
 pub mod controller_ref;
 pub mod expectations;
 pub mod pods;
+pub mod sync;
