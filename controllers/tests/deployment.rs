@@ -501,6 +501,7 @@ async fn controller_restarts_while_scaling_neither_duplicate_nor_lose_replicas()
         running.1.abort();
         let _ = running.0.await;
         let _ = running.1.await;
+        common::writes_settled(&client).await;
         running = start(&client);
     }
     let d = complete(&deploys, "web").await;

@@ -229,6 +229,7 @@ async fn restarts_neither_duplicate_nor_lose_replicas() -> anyhow::Result<()> {
         .await;
         controller.abort();
         let _ = controller.await;
+        common::writes_settled(&client).await;
         controller = tokio::spawn(replicaset::run(client.clone()));
     }
     settled(&sets, &pods, "web", 24).await;

@@ -161,3 +161,16 @@ pub async fn event_reasons(client: &Client, ns: &str, name: &str, reporter: &str
         .filter_map(|e| e.reason)
         .collect()
 }
+
+/// Returns once every write sent before it has been committed: a write of its own goes
+/// through the store's single writer after them. A controller stopped mid-request may still
+/// have writes in flight, as a crashed leader may; leader election keeps its successor from
+/// starting before they land, and this stands in for that gap.
+pub async fn writes_settled(client: &Client) {
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "default");
+    let barrier: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"generateName": "barrier-"}}))
+            .unwrap();
+    maps.create(&PostParams::default(), &barrier).await.unwrap();
+}
