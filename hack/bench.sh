@@ -7,14 +7,17 @@
 #                                 ARGS go to `minik8s-bench api` (e.g. --backend sqlite).
 #   hack/bench.sh pods [ARGS...]  Pod startup latency on one node with a warm image: create to
 #                                 Running through a watch, 1 pod at a time and 30 at once.
+#   hack/bench.sh scale [ARGS...] Control plane with 100 and 1,000 hollow nodes and 30 pods per
+#                                 node in Deployments: pods scheduled per second, time until all
+#                                 are Running, API latency during the storm, server RSS.
 #
-# Later subcommands (scale, proxy) are further arms of the case below.
+# Later subcommands (proxy) are further arms of the case below.
 source "$(dirname "$0")/lib.sh"
 
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 build_release() {
@@ -38,6 +41,11 @@ case "$cmd" in
     build_release minik8s minik8s-bench
     log "running the pod startup benchmark (one node, warm image)"
     "$TARGET_DIR/release/minik8s-bench" pods --server-bin "$TARGET_DIR/release/minik8s" "$@"
+    ;;
+  scale)
+    build_release minik8s minik8s-bench
+    log "running the scale benchmark (hollow nodes; many minutes for 1,000 nodes)"
+    "$TARGET_DIR/release/minik8s-bench" scale --server-bin "$TARGET_DIR/release/minik8s" "$@"
     ;;
   -h | --help | help)
     usage

@@ -35,7 +35,10 @@ if ! wait_for 60 curl -skf "https://127.0.0.1:$PORT/readyz"; then
   tail -n 30 "$DATA_DIR/server.log" >&2
   exit 1
 fi
-if ! wait_for 30 test -f "$KCFG" || ! KUBECONFIG="$KCFG" kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null; then
+# `kubectl wait --all` fails at once while no node is registered yet, so first wait for one to exist.
+if ! wait_for 30 test -f "$KCFG" ||
+  ! KUBECONFIG="$KCFG" wait_for 60 sh -c 'kubectl get nodes -o name | grep -q .' ||
+  ! KUBECONFIG="$KCFG" kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null; then
   log "the node did not become Ready; last log lines:"
   tail -n 30 "$DATA_DIR/server.log" >&2
   exit 1

@@ -3,9 +3,14 @@
 //! API (watch, reflector cache, reconcile by key, requeue with backoff), so they prove the API
 //! works for third-party controllers too.
 
+pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod hollow;
+pub mod job;
 pub mod leader;
 pub mod manager;
 pub mod replicaset;
+pub mod scheduler;
+pub mod ttl_after_finished;
 pub mod util;

@@ -51,6 +51,12 @@ fn controllers() -> Vec<(&'static str, Starter)> {
     vec![
         ("replicaset", |c| Box::pin(crate::replicaset::run(c))),
         ("deployment", |c| Box::pin(crate::deployment::run(c))),
+        ("job", |c| Box::pin(crate::job::run(c))),
+        ("cronjob", |c| Box::pin(crate::cronjob::run(c))),
+        ("daemonset", |c| Box::pin(crate::daemonset::run(c))),
+        ("ttl-after-finished", |c| {
+            Box::pin(crate::ttl_after_finished::run(c))
+        }),
     ]
 }
 

@@ -26,14 +26,15 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
 use tracing::Instrument;
 
 use crate::util::controller_ref::{claim, controller_of, controller_ref};
+use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
 use crate::util::pods::{is_active, is_available, is_ready, phase, pod_from_template};
-use crate::util::sync::{publish, retry};
+use crate::util::sync::retry;
 
 /// Upstream's `BurstReplicas`: at most this many creations or deletions per sync.
 pub const BURST_REPLICAS: usize = 500;
@@ -250,7 +251,6 @@ async fn manage_replicas(
         .unwrap_or(1)
         .max(0) as usize;
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let reference = rs.object_ref(&());
     match pods.len().cmp(&want) {
         Ordering::Equal => Ok(()),
         Ordering::Less => {
@@ -263,27 +263,29 @@ async fn manage_replicas(
             let pod = pod_from_template(&template, &ns, &rs.name_any(), controller_ref(rs));
             ctx.expectations.expect_creations(&key, diff);
             let (created, error) = slow_start_batch(diff, || {
-                let (api, pod, reference) = (api.clone(), pod.clone(), reference.clone());
+                let (api, pod) = (api.clone(), pod.clone());
                 async move {
                     match api.create(&PostParams::default(), &pod).await {
                         Ok(p) => {
-                            publish(
+                            record(
                                 &ctx.recorder,
-                                &reference,
+                                rs,
                                 EventType::Normal,
                                 "SuccessfulCreate",
                                 format!("Created pod: {}", p.name_any()),
+                                None,
                             )
                             .await;
                             Ok(())
                         }
                         Err(e) => {
-                            publish(
+                            record(
                                 &ctx.recorder,
-                                &reference,
+                                rs,
                                 EventType::Warning,
                                 "FailedCreate",
                                 format!("Error creating: {e}"),
+                                None,
                             )
                             .await;
                             Err(e)
@@ -307,7 +309,7 @@ async fn manage_replicas(
             ctx.expectations
                 .expect_deletions(&key, victims.iter().map(|p| p.uid().unwrap_or_default()));
             let results = future::join_all(victims.iter().map(|pod| {
-                let (api, reference, key) = (api.clone(), reference.clone(), &key);
+                let (api, key) = (api.clone(), &key);
                 async move {
                     let uid = pod.uid().unwrap_or_default();
                     let params = DeleteParams {
@@ -319,12 +321,13 @@ async fn manage_replicas(
                     };
                     match api.delete(&pod.name_any(), &params).await {
                         Ok(_) => {
-                            publish(
+                            record(
                                 &ctx.recorder,
-                                &reference,
+                                rs,
                                 EventType::Normal,
                                 "SuccessfulDelete",
                                 format!("Deleted pod: {}", pod.name_any()),
+                                None,
                             )
                             .await;
                             Ok(())
@@ -335,12 +338,13 @@ async fn manage_replicas(
                             if matches!(&e, kube::Error::Api(s) if s.code == 404) {
                                 return Ok(());
                             }
-                            publish(
+                            record(
                                 &ctx.recorder,
-                                &reference,
+                                rs,
                                 EventType::Warning,
                                 "FailedDelete",
                                 format!("Error deleting: {e}"),
+                                None,
                             )
                             .await;
                             Err(e)

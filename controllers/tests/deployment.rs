@@ -2,6 +2,7 @@
 //! in-process API server and hollow nodes.
 
 mod common;
+mod support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};

@@ -1,6 +1,7 @@
 //! The ReplicaSet controller against the in-process API server and hollow nodes.
 
 mod common;
+mod support;
 
 use std::collections::HashSet;
 

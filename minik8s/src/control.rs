@@ -1,6 +1,6 @@
-//! The control loops as commands: `controller-manager` and `hollow-nodes` run against any API
-//! server through a kubeconfig; `server` runs the controller-manager in its own process
-//! through an in-process client that needs no socket.
+//! The control loops as commands: `controller-manager`, `scheduler` and `hollow-nodes` run
+//! against any API server through a kubeconfig; `server` runs the controller-manager and the
+//! scheduler in its own process through in-process clients that need no socket.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use clap::Args;
 use minik8s_apiserver::auth::{ClientCertIdentity, UserInfo};
 use minik8s_controllers::hollow::HollowConfig;
 use minik8s_controllers::manager::ControllerManagerOptions;
+use minik8s_controllers::scheduler::{SchedulerOptions, ScoringStrategy};
 use tower::ServiceExt;
 
 /// Flags of the controller-manager, named after kube-controller-manager's.
@@ -28,6 +29,24 @@ impl ControllerManagerArgs {
         ControllerManagerOptions {
             controllers: self.controllers.clone(),
             leader_elect: self.leader_elect,
+        }
+    }
+}
+
+/// Flags of the scheduler that `server` shares.
+#[derive(Args, Clone, Debug)]
+pub struct SchedulerArgs {
+    /// How feasible nodes are ranked: LeastAllocated, MostAllocated, BalancedAllocation,
+    /// RoundRobin, Random or LeastPods.
+    #[arg(long, default_value = "LeastAllocated")]
+    pub scoring_strategy: ScoringStrategy,
+}
+
+impl SchedulerArgs {
+    pub fn options(&self, leader_elect: bool) -> SchedulerOptions {
+        SchedulerOptions {
+            scoring_strategy: self.scoring_strategy,
+            leader_elect,
         }
     }
 }
@@ -117,6 +136,15 @@ pub fn controller_manager_user() -> UserInfo {
     }
 }
 
+/// The identity upstream gives kube-scheduler.
+pub fn scheduler_user() -> UserInfo {
+    UserInfo {
+        name: "system:kube-scheduler".into(),
+        uid: String::new(),
+        groups: vec!["system:authenticated".into()],
+    }
+}
+
 pub async fn run_hollow(args: HollowArgs) -> anyhow::Result<()> {
     let client = args.client.client().await?;
     let config = args.config()?;
@@ -133,5 +161,20 @@ pub async fn run_controller_manager(
 ) -> anyhow::Result<()> {
     let client = client.client().await?;
     minik8s_controllers::manager::run(client, args.options(), crate::shutdown_signal()).await;
+    Ok(())
+}
+
+pub async fn run_scheduler(
+    client: ClientArgs,
+    leader_elect: bool,
+    args: SchedulerArgs,
+) -> anyhow::Result<()> {
+    let client = client.client().await?;
+    minik8s_controllers::scheduler::run(
+        client,
+        args.options(leader_elect),
+        crate::shutdown_signal(),
+    )
+    .await;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! One binary for every minik8s component. `server` runs the control plane on this machine
-//! (today the API server; later issues add controllers, scheduler and agent to it). `image`
+//! (the API server, the controller-manager, the scheduler and the node agent). `image`
 //! builds and imports container images without a registry.
 
 mod agent;
@@ -36,6 +36,16 @@ enum Command {
         client: control::ClientArgs,
         #[command(flatten)]
         args: control::ControllerManagerArgs,
+    },
+    /// Assign pending pods to nodes.
+    Scheduler {
+        #[command(flatten)]
+        client: control::ClientArgs,
+        /// Take the `kube-scheduler` Lease before acting.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        leader_elect: bool,
+        #[command(flatten)]
+        args: control::SchedulerArgs,
     },
     /// Register fake nodes that run their pods without containers (like kubemark or kwok).
     HollowNodes(control::HollowArgs),
@@ -139,6 +149,11 @@ struct ServerArgs {
     disable_controller_manager: bool,
     #[command(flatten)]
     controller_manager: control::ControllerManagerArgs,
+    /// `server` only: do not run the scheduler in this process.
+    #[arg(long)]
+    disable_scheduler: bool,
+    #[command(flatten)]
+    scheduler: control::SchedulerArgs,
 }
 
 /// `300ms`, `10s`, `5m`, `1h`, or plain seconds.
@@ -246,10 +261,28 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
             },
         ))
     });
+    let (stop_scheduler, scheduler_stopped) = tokio::sync::oneshot::channel::<()>();
+    let scheduler = (with_agent && !args.disable_scheduler).then(|| {
+        let client = control::local_client(
+            minik8s_apiserver::router(prepared.server.clone()),
+            control::scheduler_user(),
+        );
+        tokio::spawn(minik8s_controllers::scheduler::run(
+            client,
+            args.scheduler.options(args.controller_manager.leader_elect),
+            async {
+                let _ = scheduler_stopped.await;
+            },
+        ))
+    });
     shutdown_signal().await;
     let _ = stop_controllers.send(());
+    let _ = stop_scheduler.send(());
     if let Some(c) = controllers {
         let _ = c.await;
+    }
+    if let Some(s) = scheduler {
+        let _ = s.await;
     }
     if let Some(node) = node {
         node.stop();
@@ -345,6 +378,11 @@ fn main() -> anyhow::Result<()> {
             Command::ControllerManager { client, args } => {
                 control::run_controller_manager(client, args).await
             }
+            Command::Scheduler {
+                client,
+                leader_elect,
+                args,
+            } => control::run_scheduler(client, leader_elect, args).await,
             Command::HollowNodes(args) => control::run_hollow(args).await,
             Command::Teardown(args) => {
                 agent::teardown(&args.data_dir, &args.bridge, &args.cgroup_root).await

@@ -28,12 +28,13 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
 use tracing::Instrument;
 
 use crate::util::controller_ref::{claim, controller_of};
-use crate::util::sync::{publish, retry};
+use crate::util::events::record;
+use crate::util::sync::retry;
 
 const REPORTER: &str = "deployment-controller";
 
@@ -252,7 +253,6 @@ fn pods_by_rs(pods: &Store<Pod>, sets: &[ReplicaSet]) -> HashMap<String, Vec<Arc
 
 impl Syncer {
     async fn event(&self, type_: EventType, reason: &str, note: String) {
-        let reference = self.d.object_ref(&());
-        publish(&self.ctx.recorder, &reference, type_, reason, note).await;
+        record(&self.ctx.recorder, &self.d, type_, reason, note, None).await;
     }
 }

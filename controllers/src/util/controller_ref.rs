@@ -57,6 +57,23 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     D: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
+    claim_with_finalizers(owner, owner_api, dependents_api, selector, candidates, &[]).await
+}
+
+/// [`claim`], adding `finalizers` to the objects it adopts in the same patch (the Job
+/// controller's tracking finalizer, as upstream's `NewPodControllerRefManager` does).
+pub async fn claim_with_finalizers<K, D>(
+    owner: &K,
+    owner_api: &Api<K>,
+    dependents_api: &Api<D>,
+    selector: &Selector,
+    candidates: impl IntoIterator<Item = Arc<D>>,
+    finalizers: &[&str],
+) -> Result<Vec<Arc<D>>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    D: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
     let owner_uid = owner.uid().unwrap_or_default();
     let owner_deleting = owner.meta().deletion_timestamp.is_some();
     // Whether a fresh read of the owner allows adoption; read at most once per claim.
@@ -94,7 +111,8 @@ where
                 if !allowed {
                     continue;
                 }
-                if let Some(adopted) = adopt(dependents_api, obj.as_ref(), owner).await {
+                if let Some(adopted) = adopt(dependents_api, obj.as_ref(), owner, finalizers).await
+                {
                     claimed.push(Arc::new(adopted));
                 }
             }
@@ -105,17 +123,20 @@ where
 
 /// Adds `owner`'s controller reference; the UID in the patch makes it fail on a recreated
 /// object of the same name.
-async fn adopt<K, D>(api: &Api<D>, obj: &D, owner: &K) -> Option<D>
+async fn adopt<K, D>(api: &Api<D>, obj: &D, owner: &K, finalizers: &[&str]) -> Option<D>
 where
     K: Resource<DynamicType = ()>,
     D: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    let patch = serde_json::json!({
+    let mut patch = serde_json::json!({
         "metadata": {
             "ownerReferences": [controller_ref(owner)],
             "uid": obj.uid(),
         }
     });
+    if !finalizers.is_empty() {
+        patch["metadata"]["finalizers"] = serde_json::json!(finalizers);
+    }
     match api
         .patch(
             &obj.name_any(),

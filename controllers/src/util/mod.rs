@@ -1,7 +1,10 @@
 //! What several controllers share, with upstream's semantics (pkg/controller's
 //! controller_utils.go and controller_ref_manager.go).
 
+pub mod clock;
 pub mod controller_ref;
+pub mod events;
 pub mod expectations;
 pub mod pods;
+pub mod runtime;
 pub mod sync;

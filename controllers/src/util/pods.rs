@@ -81,6 +81,86 @@ pub fn pod_from_template(
     }
 }
 
+/// Pods being deleted whose phase is not terminal yet (upstream's `CountTerminatingPods`).
+pub fn is_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some() && !is_terminal(pod)
+}
+
+fn phase_ordinal(pod: &Pod) -> u8 {
+    match phase(pod) {
+        "Pending" => 0,
+        "Unknown" => 1,
+        "Running" => 2,
+        _ => 0,
+    }
+}
+
+fn max_restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().map(|c| c.restart_count).max())
+        .unwrap_or(0)
+}
+
+/// `Less` for "later time first, missing time before any": upstream's `afterOrZero`.
+fn after_or_zero(a: Option<Timestamp>, b: Option<Timestamp>) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(a), Some(b)) => b.cmp(&a),
+    }
+}
+
+/// The order in which controllers delete surplus active pods, first the least valuable
+/// (upstream's `controller.ActivePods`): unscheduled before scheduled, Pending before Unknown
+/// before Running, not ready before ready, ready for less time before more, more restarts
+/// before fewer, newer before older.
+pub fn deletion_order(a: &Pod, b: &Pod) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let node = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default()
+    };
+    let (na, nb) = (node(a), node(b));
+    if na != nb && (na.is_empty() || nb.is_empty()) {
+        return if na.is_empty() {
+            Ordering::Less
+        } else {
+            Ordering::Greater
+        };
+    }
+    let by_phase = phase_ordinal(a).cmp(&phase_ordinal(b));
+    if by_phase != Ordering::Equal {
+        return by_phase;
+    }
+    let by_ready = is_ready(a).cmp(&is_ready(b));
+    if by_ready != Ordering::Equal {
+        return by_ready;
+    }
+    if is_ready(a) {
+        let since = |p: &Pod| {
+            ready_condition(p)
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0)
+        };
+        let by_time = after_or_zero(since(a), since(b));
+        if by_time != Ordering::Equal {
+            return by_time;
+        }
+    }
+    let by_restarts = max_restarts(b).cmp(&max_restarts(a));
+    if by_restarts != Ordering::Equal {
+        return by_restarts;
+    }
+    let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    after_or_zero(created(a), created(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +193,30 @@ mod tests {
         assert!(is_available(&pod, 0, Timestamp::now()));
         assert!(is_available(&pod, 5, Timestamp::now()));
         assert!(!is_available(&pod, 10, Timestamp::now()));
+    }
+
+    #[test]
+    fn surplus_pods_are_deleted_least_valuable_first() {
+        let mut unscheduled = ready_since(0);
+        unscheduled.status.as_mut().unwrap().phase = Some("Pending".into());
+        unscheduled.status.as_mut().unwrap().conditions = None;
+        let with_node = |mut p: Pod| {
+            p.spec = Some(Default::default());
+            p.spec.as_mut().unwrap().node_name = Some("n".into());
+            p
+        };
+        let mut pending = with_node(unscheduled.clone());
+        pending.metadata.name = Some("pending".into());
+        let old_ready = with_node(ready_since(100));
+        let new_ready = with_node(ready_since(10));
+        let mut pods = [
+            old_ready.clone(),
+            pending.clone(),
+            new_ready.clone(),
+            unscheduled.clone(),
+        ];
+        pods.sort_by(deletion_order);
+        assert_eq!(pods, [unscheduled, pending, new_ready, old_ready]);
     }
 
     #[test]

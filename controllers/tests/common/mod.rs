@@ -1,20 +1,13 @@
-//! A cluster for workload controller tests: the in-process API server, hollow nodes, a
-//! stand-in scheduler that binds pending pods round-robin, and the controllers under test as
-//! tasks that can be stopped and started again.
+//! A cluster for workload controller tests: the in-process API server, hollow nodes, the
+//! stand-in scheduler of `support`, and the controllers under test as tasks.
 
 #![allow(dead_code)]
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use minik8s_controllers::hollow::{self, HollowConfig};
 use testkit::{Backend, InProcess};
@@ -55,7 +48,7 @@ impl Cluster {
                 }
             }
         });
-        let binder = tokio::spawn(bind_pending(client.clone(), nodes));
+        let binder = tokio::spawn(crate::support::run_binder(client.clone(), nodes));
         Ok(Cluster {
             api,
             client,
@@ -66,61 +59,6 @@ impl Cluster {
     pub fn spawn(&mut self, f: impl Future<Output = ()> + Send + 'static) {
         self.tasks.push(tokio::spawn(f));
     }
-}
-
-/// Binds every pod without a node to the nodes in turn, as a scheduler would.
-pub async fn bind_pending(client: Client, nodes: Vec<String>) {
-    let next = Arc::new(AtomicUsize::new(0));
-    let ctx = Arc::new((client.clone(), nodes, next));
-    Controller::new(
-        Api::<Pod>::all(client),
-        watcher::Config::default().fields("spec.nodeName="),
-    )
-    .run(
-        |pod: Arc<Pod>, ctx: Arc<(Client, Vec<String>, Arc<AtomicUsize>)>| async move {
-            let (client, nodes, next) = &*ctx;
-            let bound = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| !n.is_empty());
-            if bound || pod.metadata.deletion_timestamp.is_some() {
-                return Ok::<_, kube::Error>(Action::await_change());
-            }
-            let node = &nodes[next.fetch_add(1, Ordering::SeqCst) % nodes.len()];
-            let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap());
-            let binding = Binding {
-                metadata: ObjectMeta {
-                    name: Some(pod.name_any()),
-                    ..Default::default()
-                },
-                target: ObjectReference {
-                    kind: Some("Node".into()),
-                    name: Some(node.clone()),
-                    ..Default::default()
-                },
-            };
-            match api
-                .create_subresource::<_, serde_json::Value>(
-                    "binding",
-                    &pod.name_any(),
-                    &PostParams::default(),
-                    &binding,
-                )
-                .await
-            {
-                Ok(_) => Ok(Action::await_change()),
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-                    Ok(Action::await_change())
-                }
-                Err(e) => Err(e),
-            }
-        },
-        |_, _, _| Action::requeue(Duration::from_millis(200)),
-        ctx,
-    )
-    .for_each(|_| async {})
-    .await;
 }
 
 /// Pods that are not being deleted, finished pods included.

@@ -7,6 +7,7 @@ mod api;
 mod h2;
 mod pods;
 mod proc;
+mod scale;
 mod stats;
 
 use std::path::PathBuf;
@@ -30,6 +31,8 @@ enum Command {
     Api(ApiArgs),
     /// Pod startup latency on one node (create to Running, through a watch).
     Pods(pods::PodsArgs),
+    /// Control-plane scale with hollow nodes: scheduling rate, time to Running, API latency, RSS.
+    Scale(scale::ScaleArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -86,6 +89,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Api(args) => api::run(args).await,
             Command::Pods(args) => pods::run(args).await,
+            Command::Scale(args) => scale::run(args).await,
         }
     })
 }

@@ -1,0 +1,497 @@
+//! The scheduler (upstream's kube-scheduler with its default profile, minus preemption,
+//! volumes and inter-pod affinity): it places every pod that names `default-scheduler` (or no
+//! scheduler) and no node.
+//!
+//! One task owns all state, as upstream's single scheduling loop does: it takes pod and node
+//! watch events, keeps the per-node accounting ([`cache`]) and the queue of waiting pods
+//! ([`queue`]) up to date, and decides one pod at a time from memory, never listing anything.
+//! Only the API calls (bind, status, events) run concurrently, as upstream's binding cycle
+//! does, and a decision is counted on its node at once ([`cache::Cache::assume`]) so the next
+//! decision sees it. A bind goes through the `pods/binding` subresource, which refuses a pod
+//! already bound or replaced by a new one of the same name (the UID travels in the Binding).
+
+pub mod algorithm;
+pub mod cache;
+pub mod filters;
+pub mod queue;
+pub mod resources;
+pub mod scoring;
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::leader::{LeaderElectionConfig, run_while_leader};
+use crate::util::pods::is_terminal;
+use cache::{Cache, NodeState, PodInfo};
+use queue::{QueuedPod, SchedulingQueue};
+pub use scoring::ScoringStrategy;
+
+/// The name pods give in `spec.schedulerName` and the reporter of this scheduler's events.
+pub const SCHEDULER_NAME: &str = "default-scheduler";
+/// Binds in flight at once (upstream's default `parallelism`).
+const BIND_PARALLELISM: usize = 16;
+/// How often pods left unschedulable for long are looked at (upstream's flush period).
+const LEFTOVER_FLUSH_PERIOD: Duration = Duration::from_secs(30);
+
+/// Flags named after kube-scheduler's (the strategy is this project's own).
+#[derive(Clone, Debug)]
+pub struct SchedulerOptions {
+    pub scoring_strategy: ScoringStrategy,
+    pub leader_elect: bool,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            scoring_strategy: ScoringStrategy::default(),
+            leader_elect: true,
+        }
+    }
+}
+
+/// The scheduler: leader-elected through the `kube-scheduler` Lease unless told otherwise;
+/// returns after `shutdown`.
+pub async fn run(client: Client, options: SchedulerOptions, shutdown: impl Future<Output = ()>) {
+    let strategy = options.scoring_strategy;
+    if !options.leader_elect {
+        tokio::select! {
+            _ = run_scheduler(client, strategy) => {}
+            _ = shutdown => {}
+        }
+        return;
+    }
+    run_while_leader(
+        client.clone(),
+        LeaderElectionConfig::new("kube-scheduler"),
+        || run_scheduler(client.clone(), strategy),
+        shutdown,
+    )
+    .await
+}
+
+/// Schedules until dropped (its API calls are dropped with it).
+pub async fn run_scheduler(client: Client, strategy: ScoringStrategy) {
+    tracing::info!(%strategy, "starting the scheduler");
+    Scheduler::new(client, strategy).run().await
+}
+
+/// Whether this scheduler is responsible for the pod.
+fn responsible(pod: &Pod) -> bool {
+    matches!(
+        pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()),
+        None | Some("") | Some(SCHEDULER_NAME)
+    )
+}
+
+fn assigned_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// What a finished background task reports back to the loop.
+enum Outcome {
+    Bound,
+    BindFailed {
+        queued: QueuedPod,
+        error: kube::Error,
+    },
+    Recorded,
+}
+
+/// What woke the loop.
+enum Step {
+    Pod(Box<watcher::Event<Pod>>),
+    Node(Box<watcher::Event<Node>>),
+    WatchError(watcher::Error),
+    TaskDone(Outcome),
+    BackoffExpired,
+    FlushLeftovers,
+    Schedule,
+    Stop,
+}
+
+struct Scheduler {
+    client: Client,
+    recorder: Recorder,
+    strategy: ScoringStrategy,
+    nodes: BTreeMap<String, NodeState>,
+    cache: Cache,
+    queue: SchedulingQueue,
+    /// The node chosen last (RoundRobin continues after it).
+    last_node: Option<String>,
+    /// The API calls in flight; dropped (aborted) with the scheduler.
+    tasks: JoinSet<Outcome>,
+    binds: Arc<Semaphore>,
+    /// Objects seen since a watch (re)started listing; `None` outside a relist.
+    relisted_pods: Option<HashSet<String>>,
+    relisted_nodes: Option<HashSet<String>>,
+    pods_synced: bool,
+    nodes_synced: bool,
+}
+
+impl Scheduler {
+    fn new(client: Client, strategy: ScoringStrategy) -> Self {
+        let reporter = Reporter {
+            controller: SCHEDULER_NAME.into(),
+            instance: None,
+        };
+        Scheduler {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            strategy,
+            nodes: BTreeMap::new(),
+            cache: Cache::default(),
+            queue: SchedulingQueue::default(),
+            last_node: None,
+            tasks: JoinSet::new(),
+            binds: Arc::new(Semaphore::new(BIND_PARALLELISM)),
+            relisted_pods: None,
+            relisted_nodes: None,
+            pods_synced: false,
+            nodes_synced: false,
+        }
+    }
+
+    async fn run(mut self) {
+        let pods =
+            watcher(Api::<Pod>::all(self.client.clone()), Default::default()).default_backoff();
+        let nodes =
+            watcher(Api::<Node>::all(self.client.clone()), Default::default()).default_backoff();
+        futures::pin_mut!(pods, nodes);
+        let mut leftovers = tokio::time::interval(LEFTOVER_FLUSH_PERIOD);
+        loop {
+            let backoff_expiry = self.queue.next_backoff_expiry();
+            let can_schedule = self.pods_synced && self.nodes_synced && self.queue.has_active();
+            let step = tokio::select! {
+                ev = pods.next() => match ev {
+                    Some(Ok(ev)) => Step::Pod(Box::new(ev)),
+                    Some(Err(e)) => Step::WatchError(e),
+                    None => Step::Stop,
+                },
+                ev = nodes.next() => match ev {
+                    Some(Ok(ev)) => Step::Node(Box::new(ev)),
+                    Some(Err(e)) => Step::WatchError(e),
+                    None => Step::Stop,
+                },
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => match done {
+                    Ok(outcome) => Step::TaskDone(outcome),
+                    Err(e) => {
+                        tracing::error!(error = %e, "a scheduler task failed");
+                        Step::TaskDone(Outcome::Recorded)
+                    }
+                },
+                _ = tokio::time::sleep_until(backoff_expiry.unwrap_or_else(Instant::now)),
+                    if backoff_expiry.is_some() => Step::BackoffExpired,
+                _ = leftovers.tick() => Step::FlushLeftovers,
+                _ = std::future::ready(()), if can_schedule => Step::Schedule,
+            };
+            let now = Instant::now();
+            match step {
+                Step::Pod(ev) => self.on_pod_event(*ev, now),
+                Step::Node(ev) => self.on_node_event(*ev, now),
+                Step::WatchError(e) => tracing::warn!(error = %e, "watch failed; retrying"),
+                Step::TaskDone(outcome) => self.on_outcome(outcome, now),
+                Step::BackoffExpired => self.queue.flush_backoff(now),
+                Step::FlushLeftovers => self.queue.flush_unschedulable_leftovers(now),
+                Step::Schedule => self.schedule_one(now),
+                Step::Stop => return,
+            }
+        }
+    }
+
+    fn on_pod_event(&mut self, ev: watcher::Event<Pod>, now: Instant) {
+        match ev {
+            watcher::Event::Init => self.relisted_pods = Some(HashSet::new()),
+            watcher::Event::InitApply(pod) => {
+                if let Some(seen) = self.relisted_pods.as_mut() {
+                    seen.insert(pod.uid().unwrap_or_default());
+                }
+                self.on_pod(pod, now);
+            }
+            watcher::Event::InitDone => {
+                let seen = self.relisted_pods.take().unwrap_or_default();
+                let mut freed = false;
+                for uid in self.cache.bound_uids() {
+                    if !seen.contains(&uid) {
+                        freed |= self.cache.remove(&uid);
+                    }
+                }
+                for uid in self.queue.uids() {
+                    if !seen.contains(&uid) {
+                        self.queue.remove(&uid);
+                    }
+                }
+                if freed {
+                    self.queue.move_all_unschedulable(now);
+                }
+                self.pods_synced = true;
+            }
+            watcher::Event::Apply(pod) => self.on_pod(pod, now),
+            watcher::Event::Delete(pod) => {
+                let uid = pod.uid().unwrap_or_default();
+                self.queue.remove(&uid);
+                if self.cache.remove(&uid) {
+                    self.queue.move_all_unschedulable(now);
+                }
+            }
+        }
+    }
+
+    /// A pod added or changed: bound ones are counted on their node, waiting ones queued.
+    fn on_pod(&mut self, pod: Pod, now: Instant) {
+        let uid = pod.uid().unwrap_or_default();
+        if let Some(node) = assigned_node(&pod) {
+            self.queue.remove(&uid);
+            if is_terminal(&pod) {
+                // A finished pod frees its node.
+                if self.cache.remove(&uid) {
+                    self.queue.move_all_unschedulable(now);
+                }
+            } else if self.cache.is_assumed(&uid) || self.cache.node_of(&uid) != Some(node) {
+                self.cache.add_bound(&uid, node, PodInfo::new(&pod));
+            }
+            return;
+        }
+        if self.cache.is_assumed(&uid) {
+            // Being bound: an older version of the pod.
+            return;
+        }
+        if responsible(&pod) && pod.metadata.deletion_timestamp.is_none() && !is_terminal(&pod) {
+            self.queue.add_or_update(Arc::new(pod), now);
+        } else {
+            self.queue.remove(&uid);
+        }
+    }
+
+    fn on_node_event(&mut self, ev: watcher::Event<Node>, now: Instant) {
+        match ev {
+            watcher::Event::Init => self.relisted_nodes = Some(HashSet::new()),
+            watcher::Event::InitApply(node) => {
+                if let Some(seen) = self.relisted_nodes.as_mut() {
+                    seen.insert(node.name_any());
+                }
+                self.on_node(node, now);
+            }
+            watcher::Event::InitDone => {
+                let seen = self.relisted_nodes.take().unwrap_or_default();
+                self.nodes.retain(|name, _| seen.contains(name));
+                self.nodes_synced = true;
+            }
+            watcher::Event::Apply(node) => self.on_node(node, now),
+            watcher::Event::Delete(node) => {
+                self.nodes.remove(&node.name_any());
+            }
+        }
+    }
+
+    fn on_node(&mut self, node: Node, now: Instant) {
+        let state = NodeState::new(Arc::new(node));
+        let name = state.node.name_any();
+        let helps = match self.nodes.get(&name) {
+            None => true,
+            Some(old) => old.differs_for_scheduling(&state),
+        };
+        self.nodes.insert(name, state);
+        if helps {
+            self.queue.move_all_unschedulable(now);
+        }
+    }
+
+    fn on_outcome(&mut self, outcome: Outcome, now: Instant) {
+        let Outcome::BindFailed { queued, error } = outcome else {
+            return;
+        };
+        let uid = queued.uid();
+        let pod = queued.pod.clone();
+        // Not assumed any more: deleted, or the watch saw it bound after all.
+        let still_waiting = self.cache.is_assumed(&uid);
+        self.cache.forget(&uid);
+        tracing::warn!(pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), %error, "binding failed");
+        let gone = matches!(&error, kube::Error::Api(s) if s.code == 404 || s.code == 409);
+        if still_waiting && !gone {
+            self.queue.requeue_backoff(queued, now);
+            let message = format!("Binding rejected: {error}");
+            self.spawn_failure_record(pod, message);
+        }
+    }
+
+    fn schedule_one(&mut self, now: Instant) {
+        let Some(queued) = self.queue.pop() else {
+            return;
+        };
+        let pod = queued.pod.clone();
+        let uid = queued.uid();
+        let span = tracing::debug_span!("schedule", pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()));
+        let _enter = span.enter();
+        let info = PodInfo::new(&pod);
+        let decision = algorithm::schedule(
+            &pod,
+            &info,
+            &self.nodes,
+            &self.cache,
+            self.strategy,
+            self.last_node.as_deref(),
+            |n| rand::random_range(0..n.max(1)),
+        );
+        match decision {
+            Ok(node) => {
+                tracing::debug!(%node, "assuming");
+                self.cache.assume(&uid, &node, info);
+                self.last_node = Some(node.clone());
+                let client = self.client.clone();
+                let recorder = self.recorder.clone();
+                let binds = self.binds.clone();
+                self.tasks.spawn(
+                    async move {
+                        let _permit = binds.acquire_owned().await;
+                        bind(client, recorder, queued, node).await
+                    }
+                    .instrument(span.clone()),
+                );
+            }
+            Err(e) => {
+                let message = e.to_string();
+                tracing::debug!(%message, "unschedulable");
+                self.queue.requeue_unschedulable(queued, now);
+                self.spawn_failure_record(pod, message);
+            }
+        }
+    }
+
+    fn spawn_failure_record(&mut self, pod: Arc<Pod>, message: String) {
+        let client = self.client.clone();
+        let recorder = self.recorder.clone();
+        self.tasks
+            .spawn(async move { record_unschedulable(client, recorder, pod, message).await });
+    }
+}
+
+/// Binds through `pods/binding`, then tells the pod's story.
+async fn bind(client: Client, recorder: Recorder, queued: QueuedPod, node: String) -> Outcome {
+    let pod = &queued.pod;
+    let namespace = pod.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace.clone()),
+            uid: pod.uid(),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.clone()),
+            ..Default::default()
+        },
+    };
+    let api: Api<Pod> = Api::namespaced(client, &namespace);
+    match api
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            &name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+    {
+        Ok(_) => {
+            let event = Event {
+                type_: EventType::Normal,
+                reason: "Scheduled".into(),
+                note: Some(format!(
+                    "Successfully assigned {namespace}/{name} to {node}"
+                )),
+                action: "Binding".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&event, &pod.object_ref(&())).await {
+                tracing::debug!(error = %e, "recording the Scheduled event");
+            }
+            Outcome::Bound
+        }
+        Err(error) => Outcome::BindFailed { queued, error },
+    }
+}
+
+/// A `FailedScheduling` event, and the PodScheduled condition set to False with the same
+/// message (written only when it changes, as upstream, so a waiting pod is not rewritten on
+/// every attempt).
+async fn record_unschedulable(
+    client: Client,
+    recorder: Recorder,
+    pod: Arc<Pod>,
+    message: String,
+) -> Outcome {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "FailedScheduling".into(),
+        note: Some(message.clone()),
+        action: "Scheduling".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &pod.object_ref(&())).await {
+        tracing::debug!(error = %e, "recording the FailedScheduling event");
+    }
+    let existing = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+    if existing.is_some_and(|c| {
+        c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+            && c.message.as_deref() == Some(message.as_str())
+    }) {
+        return Outcome::Recorded;
+    }
+    let transition =
+        existing
+            .filter(|c| c.status == "False")
+            .and_then(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                )
+            });
+    // The UID makes the patch fail on a new pod of the same name.
+    let patch = serde_json::json!({
+        "metadata": {"uid": pod.uid()},
+        "status": {"conditions": [{
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastProbeTime": null,
+            "lastTransitionTime": transition,
+        }]},
+    });
+    let api: Api<Pod> = Api::namespaced(client, &pod.namespace().unwrap_or_default());
+    if let Err(e) = api
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        tracing::debug!(error = %e, "setting PodScheduled=False");
+    }
+    Outcome::Recorded
+}
