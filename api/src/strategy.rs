@@ -55,6 +55,9 @@ pub trait Kind:
     const UNCONDITIONAL_UPDATE: bool = true;
     /// The kind's `DefaultGarbageCollectionPolicy` (batch/v1 Jobs orphan, Events opt out).
     const GC_POLICY: GcPolicy = GcPolicy::DeleteDependents;
+    /// Whether a status update may change annotations (Deployments: the controller records
+    /// the revision annotation through status, as upstream's status strategy allows).
+    const STATUS_WRITES_ANNOTATIONS: bool = false;
 
     /// Upstream's defaulting functions; run on create and update.
     fn default_fields(&mut self) {}
@@ -140,6 +143,9 @@ pub trait Strategy: Send + Sync + 'static {
     fn default_grace_period(&self, obj: &Self::Object) -> Option<i64>;
     fn allow_unconditional_update(&self) -> bool;
     fn gc_policy(&self) -> GcPolicy;
+    fn status_writes_annotations(&self) -> bool {
+        false
+    }
     fn begin_delete(&self, obj: &mut Self::Object) -> bool;
     fn finalized(&self, obj: &Self::Object) -> bool;
     fn deletion_forbidden(&self, obj: &Self::Object) -> Option<&'static str>;
@@ -243,6 +249,9 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     }
     fn gc_policy(&self) -> GcPolicy {
         K::GC_POLICY
+    }
+    fn status_writes_annotations(&self) -> bool {
+        K::STATUS_WRITES_ANNOTATIONS
     }
     fn begin_delete(&self, obj: &mut K) -> bool {
         obj.begin_delete()

@@ -468,6 +468,22 @@ async fn defaults_generation_and_status() {
         (Some(5), Some(3))
     );
     assert_eq!(st["metadata"]["generation"], 2);
+    // A Deployment's status may set annotations (the controller records the revision so, as
+    // upstream's status strategy allows), not labels.
+    let st = s
+        .patch(
+            &format!("{item}/status"),
+            "application/merge-patch+json",
+            json!({"metadata": {"annotations": {"deployment.kubernetes.io/revision": "1"}, "labels": {"x": "z"}}}),
+        )
+        .await
+        .json();
+    assert_eq!(
+        st["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "1"
+    );
+    assert_eq!(st["metadata"]["labels"]["x"], "y");
+    assert_eq!(st["metadata"]["generation"], 2);
     // Selector is immutable in apps/v1.
     let r = s
         .patch(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail, ensure};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -92,6 +92,8 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "label" => label,
     "annotate" => annotate,
     "scale" => scale,
+    "rollout" => rollout,
+    "delete-deployment-cascade" => delete_deployment_cascade,
     "delete-f" => delete_f,
     "delete-selector" => delete_selector,
     "delete-wait" => delete_wait,
@@ -2014,6 +2016,206 @@ async fn annotate(c: &Ctx) -> anyhow::Result<()> {
     );
     c.ok(&["delete", "cm", "an-cm"]).await?;
     Ok(())
+}
+
+/// Waits for `kubectl rollout status` to report success.
+async fn rolled_out(c: &Ctx, name: &str) -> anyhow::Result<()> {
+    let out = c
+        .ok(&[
+            "rollout",
+            "status",
+            &format!("deployment/{name}"),
+            "--timeout=90s",
+        ])
+        .await?;
+    contains(
+        &out,
+        &format!("deployment \"{name}\" successfully rolled out"),
+    )
+}
+
+/// The ReplicaSets a Deployment owns, by revision.
+async fn revisions(c: &Ctx, d: &Deployment) -> anyhow::Result<BTreeMap<i64, ReplicaSet>> {
+    let list = c.api::<ReplicaSet>().list(&Default::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|rs| {
+            rs.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| Some(&o.uid) == d.metadata.uid.as_ref())
+        })
+        .map(|rs| {
+            let rev = rs
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("deployment.kubernetes.io/revision"))
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            (rev, rs)
+        })
+        .collect())
+}
+
+fn env_of(d: &Deployment) -> Vec<(String, String)> {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers[0].env.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect()
+}
+
+/// Live (not terminating) pods with `app=<name>`.
+async fn live_pods(c: &Ctx, name: &str) -> anyhow::Result<usize> {
+    let list = c
+        .api::<Pod>()
+        .list(&kube::api::ListParams::default().labels(&format!("app={name}")))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .count())
+}
+
+/// The Deployment and ReplicaSet controllers through kubectl's rollout commands.
+async fn rollout(c: &Ctx) -> anyhow::Result<()> {
+    let api = c.api::<Deployment>();
+    cleanup(&api, &["ro-web"]).await;
+    let out = c
+        .ok(&[
+            "create",
+            "deployment",
+            "ro-web",
+            "--image=busybox:1.36",
+            "--replicas=3",
+            "--",
+            "sleep",
+            "3600",
+        ])
+        .await?;
+    ensure!(out == "deployment.apps/ro-web created\n", "{out:?}");
+    rolled_out(c, "ro-web").await?;
+    ensure!(live_pods(c, "ro-web").await? == 3, "not 3 pods");
+
+    let out = c.ok(&["set", "env", "deploy/ro-web", "A=1"]).await?;
+    ensure!(out == "deployment.apps/ro-web env updated\n", "{out:?}");
+    rolled_out(c, "ro-web").await?;
+    let out = c.ok(&["rollout", "history", "deploy/ro-web"]).await?;
+    contains(&out, "REVISION")?;
+    let revs: Vec<&str> = rows(&out)
+        .iter()
+        .map(|r| r[0])
+        .filter(|r| r.parse::<u32>().is_ok())
+        .collect();
+    ensure!(revs == ["1", "2"], "history: {out:?}");
+
+    let out = c.ok(&["rollout", "undo", "deploy/ro-web"]).await?;
+    ensure!(out == "deployment.apps/ro-web rolled back\n", "{out:?}");
+    rolled_out(c, "ro-web").await?;
+    let d = api.get("ro-web").await?;
+    ensure!(env_of(&d).is_empty(), "env after undo: {:?}", env_of(&d));
+    let by_rev = revisions(c, &d).await?;
+    ensure!(
+        by_rev.keys().copied().collect::<Vec<_>>() == [2, 3],
+        "revisions after undo: {:?}",
+        by_rev.keys()
+    );
+
+    let out = c.ok(&["rollout", "restart", "deploy/ro-web"]).await?;
+    ensure!(out == "deployment.apps/ro-web restarted\n", "{out:?}");
+    rolled_out(c, "ro-web").await?;
+    let d = api.get("ro-web").await?;
+    let restarted = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .is_some_and(|a| a.contains_key("kubectl.kubernetes.io/restartedAt"));
+    ensure!(restarted, "no restartedAt annotation on the template");
+
+    let out = c.ok(&["rollout", "pause", "deploy/ro-web"]).await?;
+    ensure!(out == "deployment.apps/ro-web paused\n", "{out:?}");
+    c.ok(&["set", "env", "deploy/ro-web", "B=2"]).await?;
+    let d = eventually(
+        Duration::from_secs(30),
+        "paused deployment observed",
+        || async {
+            let d = api.get("ro-web").await?;
+            let observed = d.status.as_ref().and_then(|s| s.observed_generation);
+            ensure!(observed == d.metadata.generation, "not observed yet");
+            Ok(d)
+        },
+    )
+    .await?;
+    let count = revisions(c, &d).await?.len();
+    ensure!(
+        count == 3,
+        "a paused deployment rolled out: {count} ReplicaSets"
+    );
+    let out = c.ok(&["rollout", "resume", "deploy/ro-web"]).await?;
+    ensure!(out == "deployment.apps/ro-web resumed\n", "{out:?}");
+    rolled_out(c, "ro-web").await?;
+    let d = api.get("ro-web").await?;
+    ensure!(
+        env_of(&d) == [("B".to_string(), "2".to_string())],
+        "env: {:?}",
+        env_of(&d)
+    );
+
+    let out = c.ok(&["scale", "deploy/ro-web", "--replicas=1"]).await?;
+    ensure!(out == "deployment.apps/ro-web scaled\n", "{out:?}");
+    rolled_out(c, "ro-web").await?;
+    eventually(Duration::from_secs(30), "one live pod", || async {
+        let n = live_pods(c, "ro-web").await?;
+        ensure!(n == 1, "{n} live pods");
+        Ok(())
+    })
+    .await?;
+    c.ok(&["delete", "deployment", "ro-web"]).await?;
+    gone(&api, "ro-web").await
+}
+
+/// Deleting a Deployment takes its ReplicaSets and pods with it (the garbage collector).
+async fn delete_deployment_cascade(c: &Ctx) -> anyhow::Result<()> {
+    let api = c.api::<Deployment>();
+    cleanup(&api, &["dc-web"]).await;
+    c.ok(&[
+        "create",
+        "deployment",
+        "dc-web",
+        "--image=busybox:1.36",
+        "--replicas=2",
+        "--",
+        "sleep",
+        "3600",
+    ])
+    .await?;
+    rolled_out(c, "dc-web").await?;
+    let out = c.ok(&["delete", "deploy", "dc-web"]).await?;
+    contains(&out, "deployment.apps \"dc-web\" deleted")?;
+    eventually(
+        Duration::from_secs(60),
+        "pods and ReplicaSets gone",
+        || async {
+            let n = live_pods(c, "dc-web").await?;
+            let sets = c
+                .api::<ReplicaSet>()
+                .list(&kube::api::ListParams::default().labels("app=dc-web"))
+                .await?
+                .items
+                .len();
+            ensure!(n == 0 && sets == 0, "{n} live pods, {sets} ReplicaSets");
+            Ok(())
+        },
+    )
+    .await
 }
 
 async fn scale(c: &Ctx) -> anyhow::Result<()> {

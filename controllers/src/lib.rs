@@ -5,6 +5,7 @@
 
 pub mod cronjob;
 pub mod daemonset;
+pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod garbagecollector;
@@ -16,6 +17,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
+pub mod replicaset;
 pub mod scheduler;
 pub mod serviceaccount;
 pub mod tainteviction;

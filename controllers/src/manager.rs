@@ -49,6 +49,8 @@ type Starter = fn(Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn controllers() -> Vec<(&'static str, Starter)> {
     vec![
+        ("replicaset", |c| Box::pin(crate::replicaset::run(c))),
+        ("deployment", |c| Box::pin(crate::deployment::run(c))),
         ("job", |c| Box::pin(crate::job::run(c))),
         ("cronjob", |c| Box::pin(crate::cronjob::run(c))),
         ("daemonset", |c| Box::pin(crate::daemonset::run(c))),

@@ -137,6 +137,8 @@ fn is_zero(v: Option<&IntOrString>) -> bool {
 }
 
 impl Kind for Deployment {
+    const STATUS_WRITES_ANNOTATIONS: bool = true;
+
     spec_and_status!();
 
     fn spec_changed(&self, old: &Self) -> Option<bool> {

@@ -836,7 +836,9 @@ impl<S: Strategy> GenericRegistry<S> {
                 self.strategy.keep_spec(new, old);
                 let meta = self.strategy.meta_mut(new);
                 meta.labels = old_meta.labels.clone();
-                meta.annotations = old_meta.annotations.clone();
+                if !self.strategy.status_writes_annotations() {
+                    meta.annotations = old_meta.annotations.clone();
+                }
                 meta.finalizers = old_meta.finalizers.clone();
                 meta.owner_references = old_meta.owner_references.clone();
                 meta.deletion_timestamp = old_meta.deletion_timestamp.clone();

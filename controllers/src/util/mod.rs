@@ -9,4 +9,5 @@ pub mod pods;
 pub mod queue;
 pub mod runtime;
 pub mod service_pods;
+pub mod sync;
 pub mod taints;

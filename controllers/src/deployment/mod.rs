@@ -1,0 +1,258 @@
+//! The Deployment controller (upstream's `pkg/controller/deployment`): rolls a pod template
+//! out through ReplicaSets, one per template, named `<deployment>-<pod-template-hash>`.
+//!
+//! It never touches pods. It only sets `spec.replicas` of the ReplicaSets it owns and reads
+//! their status, so every decision rests on what the ReplicaSet controller reported; writes
+//! carry the resourceVersion the decision was made on, and a stale cache costs a conflict and
+//! a requeue, never a wrong scale. The split follows upstream's files: [`sync`] (scaling,
+//! revisions, new ReplicaSets, cleanup, status), [`rolling`], [`recreate`] and [`progress`]
+//! (the Progressing condition and the deadline). Rollbacks need nothing here: `kubectl rollout
+//! undo` copies an old ReplicaSet's template into the Deployment, which then finds that
+//! ReplicaSet again as its new one and gives it the next revision.
+
+mod progress;
+mod recreate;
+mod rolling;
+mod sync;
+pub mod util;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt, future};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use minik8s_api::selector::{Selector, SelectorError};
+use tracing::Instrument;
+
+use crate::util::controller_ref::{claim, controller_of};
+use crate::util::events::record;
+use crate::util::sync::retry;
+
+const REPORTER: &str = "deployment-controller";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    #[error("invalid selector: {0}")]
+    Selector(#[from] SelectorError),
+    #[error("cache closed")]
+    CacheClosed,
+}
+
+struct Ctx {
+    client: Client,
+    sets: Store<ReplicaSet>,
+    pods: Store<Pod>,
+    recorder: Recorder,
+}
+
+/// Runs the controller until dropped.
+pub async fn run(client: Client) {
+    let (rs_reader, rs_writer) = reflector::store::<ReplicaSet>();
+    let (pod_reader, pod_writer) = reflector::store::<Pod>();
+    let sets = watcher(Api::<ReplicaSet>::all(client.clone()), Default::default())
+        .default_backoff()
+        .reflect(rs_writer)
+        .touched_objects();
+    // Only pod deletions matter: a Recreate rollout waits for the old pods to be gone.
+    let pods = watcher(Api::<Pod>::all(client.clone()), Default::default())
+        .default_backoff()
+        .reflect(pod_writer)
+        .try_filter_map(|ev| {
+            future::ready(Ok(match ev {
+                watcher::Event::Delete(p) => Some(p),
+                _ => None,
+            }))
+        });
+    let controller = Controller::new(
+        Api::<Deployment>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let deployments = controller.store();
+    let sets_for_pods = rs_reader.clone();
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        sets: rs_reader,
+        pods: pod_reader,
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: REPORTER.into(),
+                instance: None,
+            },
+        ),
+    });
+    controller
+        .watches_stream(sets, move |rs: ReplicaSet| {
+            deployments_of_rs(&deployments, &rs)
+        })
+        .watches_stream(pods, move |pod: Pod| {
+            deployment_of_pod(&sets_for_pods, &pod)
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| future::ready(()))
+        .await;
+}
+
+fn key(d: &Deployment) -> String {
+    format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any())
+}
+
+fn selector(d: &Deployment) -> Result<Selector, SelectorError> {
+    Selector::from_label_selector(d.spec.as_ref().map(|s| &s.selector))
+}
+
+/// Its controller, or for an orphan every Deployment whose selector matches it.
+fn deployments_of_rs(
+    deployments: &Store<Deployment>,
+    rs: &ReplicaSet,
+) -> Vec<ObjectRef<Deployment>> {
+    let ns = rs.namespace().unwrap_or_default();
+    if let Some(owner) = controller_of(rs) {
+        if owner.kind != "Deployment" {
+            return Vec::new();
+        }
+        return vec![ObjectRef::new(&owner.name).within(&ns)];
+    }
+    deployments
+        .state()
+        .iter()
+        .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|d| {
+            selector(d).is_ok_and(|s| !s.is_empty() && s.matches(rs.metadata.labels.as_ref()))
+        })
+        .map(|d| ObjectRef::from_obj(d.as_ref()))
+        .collect()
+}
+
+fn deployment_of_pod(sets: &Store<ReplicaSet>, pod: &Pod) -> Option<ObjectRef<Deployment>> {
+    let ns = pod.namespace().unwrap_or_default();
+    let owner = controller_of(pod).filter(|o| o.kind == "ReplicaSet")?;
+    let rs = sets.get(&ObjectRef::new(&owner.name).within(&ns))?;
+    let d = controller_of(rs.as_ref()).filter(|o| o.kind == "Deployment")?;
+    Some(ObjectRef::new(&d.name).within(&ns))
+}
+
+fn error_policy(d: Arc<Deployment>, error: &Error, _: Arc<Ctx>) -> Action {
+    let kube_error = match error {
+        Error::Kube(e) => Some(e),
+        _ => None,
+    };
+    retry(&key(&d), kube_error, error)
+}
+
+async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let span = tracing::info_span!("sync_deployment", deployment = %key(&d));
+    sync_deployment(d, ctx).instrument(span).await
+}
+
+/// One sync of one Deployment: the working copy of the Deployment (its status and revision
+/// annotation change as the sync goes) and the APIs it writes through.
+struct Syncer {
+    ctx: Arc<Ctx>,
+    d: Deployment,
+    deployments: Api<Deployment>,
+    sets: Api<ReplicaSet>,
+    /// When to look again even if nothing changes (the progress deadline).
+    requeue: Option<Duration>,
+}
+
+/// Upstream's `syncDeployment`.
+async fn sync_deployment(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    ctx.sets
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheClosed)?;
+    ctx.pods
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheClosed)?;
+    let ns = d.namespace().unwrap_or_default();
+    let mut s = Syncer {
+        deployments: Api::namespaced(ctx.client.clone(), &ns),
+        sets: Api::namespaced(ctx.client.clone(), &ns),
+        ctx,
+        d: (*d).clone(),
+        requeue: None,
+    };
+    let selector = selector(&d)?;
+    if selector.is_empty() {
+        s.event(
+            EventType::Warning,
+            "SelectingAll",
+            "This deployment is selecting all pods. A non-empty selector is required.".into(),
+        )
+        .await;
+        let status = s.d.status.clone().unwrap_or_default();
+        if status.observed_generation.unwrap_or(0) < s.d.metadata.generation.unwrap_or(0) {
+            let mut status = status;
+            status.observed_generation = s.d.metadata.generation;
+            s.write_status(status).await?;
+        }
+        return Ok(Action::await_change());
+    }
+
+    let candidates = s
+        .ctx
+        .sets
+        .state()
+        .into_iter()
+        .filter(|rs| rs.namespace().as_deref() == Some(ns.as_str()));
+    let rs_list: Vec<ReplicaSet> = claim(&*d, &s.deployments, &s.sets, &selector, candidates)
+        .await?
+        .into_iter()
+        .map(|rs| (*rs).clone())
+        .collect();
+
+    if s.d.metadata.deletion_timestamp.is_some() {
+        s.sync_status_only(&rs_list).await?;
+        return Ok(Action::await_change());
+    }
+    s.check_paused_conditions().await?;
+    let paused = s.d.spec.as_ref().and_then(|sp| sp.paused).unwrap_or(false);
+    if paused || s.is_scaling_event(&rs_list) {
+        s.sync(rs_list).await?;
+    } else if util::strategy_type(&s.d) == "Recreate" {
+        let pods = pods_by_rs(&s.ctx.pods, &rs_list);
+        s.rollout_recreate(rs_list, &pods).await?;
+    } else {
+        s.rollout_rolling(rs_list).await?;
+    }
+    Ok(match s.requeue {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+/// The pods of each ReplicaSet, by the ReplicaSet's UID (upstream's `getPodMapForDeployment`).
+fn pods_by_rs(pods: &Store<Pod>, sets: &[ReplicaSet]) -> HashMap<String, Vec<Arc<Pod>>> {
+    let mut map: HashMap<String, Vec<Arc<Pod>>> = sets
+        .iter()
+        .filter_map(|rs| rs.uid())
+        .map(|u| (u, Vec::new()))
+        .collect();
+    let ns = sets.first().and_then(|rs| rs.namespace());
+    for pod in pods.state().into_iter().filter(|p| p.namespace() == ns) {
+        if let Some(owner) = controller_of(pod.as_ref())
+            && let Some(list) = map.get_mut(&owner.uid)
+        {
+            list.push(pod.clone());
+        }
+    }
+    map
+}
+
+impl Syncer {
+    async fn event(&self, type_: EventType, reason: &str, note: String) {
+        record(&self.ctx.recorder, &self.d, type_, reason, note, None).await;
+    }
+}
