@@ -188,8 +188,17 @@ def crud(c):
     check(d.spec.strategy.type == "RollingUpdate", "defaults: %r" % d.spec.strategy)
     scale = c.apps.read_namespaced_deployment_scale(dname, c.ns)
     check(scale.spec.replicas == 1, "scale %r" % scale.spec)
-    scale.spec.replicas = 3
-    c.apps.replace_namespaced_deployment_scale(dname, c.ns, scale)
+    # The deployment controller writes status meanwhile, so a read-modify-write can meet a 409
+    # exactly as on Kubernetes; retry on conflict like client-go's RetryOnConflict.
+    for attempt in range(10):
+        scale.spec.replicas = 3
+        try:
+            c.apps.replace_namespaced_deployment_scale(dname, c.ns, scale)
+            break
+        except ApiException as e:
+            if e.status != 409 or attempt == 9:
+                raise
+            scale = c.apps.read_namespaced_deployment_scale(dname, c.ns)
     check(
         c.apps.read_namespaced_deployment(dname, c.ns).spec.replicas == 3,
         "replicas after replacing scale",
