@@ -748,15 +748,12 @@ async fn apply_to_custom_resources_uses_the_crd_schema() {
         .await;
     assert_eq!(r.status, StatusCode::CREATED);
     let item = "/apis/example.com/v1/namespaces/default/widgets/w";
-    let mut served = false;
-    for _ in 0..50 {
-        if s.get("/apis/example.com/v1").await.status == StatusCode::OK {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert!(served, "the CRD is served");
+    testkit::eventually(
+        std::time::Duration::from_secs(5),
+        "the CRD to be served",
+        || async { (s.get("/apis/example.com/v1").await.status == StatusCode::OK).then_some(()) },
+    )
+    .await;
     let widget = |ports: &str, tags: &str| {
         format!(
             "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w}}\nspec:\n  size: 1\n  ports: {ports}\n  tags: {tags}\n  extra: {{free: {{form: 1}}}}\n"

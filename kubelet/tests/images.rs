@@ -32,6 +32,7 @@ use minik8s_kubelet::images::oci::{
     sha256_digest,
 };
 use minik8s_kubelet::images::{BuildOptions, ImageKind, ImportOptions, import_archive, import_dir};
+use testkit::eventually;
 use tonic::transport::Channel;
 
 fn init_tracing() {
@@ -66,25 +67,6 @@ fn is_root() -> bool {
                 .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
         })
         .unwrap_or(false)
-}
-
-/// Polls until `check` gives `Some`, failing after `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Waits until the CRI image service knows `image` (the CRI plugin learns of imported images

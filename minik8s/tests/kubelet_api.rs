@@ -219,13 +219,18 @@ impl Drop for Cluster {
             let _ = Command::new("kill")
                 .args(["-TERM", &pid.to_string()])
                 .status();
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            while child.try_wait().ok().flatten().is_none() && std::time::Instant::now() < deadline
-            {
-                std::thread::sleep(Duration::from_millis(50));
+            // Wait for the exit on a thread of its own, up to 30 s, then kill.
+            let (exited, wait) = std::sync::mpsc::channel();
+            let waiter = std::thread::spawn(move || {
+                let _ = child.wait();
+                let _ = exited.send(());
+            });
+            if wait.recv_timeout(Duration::from_secs(30)).is_err() {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            let _ = waiter.join();
             let mut uids = uids.unwrap_or_default();
             let ctd = dir.join("containerd");
             if !shims_of(&ctd.join("containerd.sock")).is_empty() {
