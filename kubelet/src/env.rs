@@ -247,23 +247,29 @@ pub async fn build(
             vars.insert(k, v);
         };
     // Service links: the master service always, the namespace's services when enabled.
+    // Both reads go out at once: they are on the path of every container start.
     let mut links = Vec::new();
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    if let Ok(Some(k)) = services.get_opt("kubernetes").await {
-        service_env(&k, &mut links);
-    }
-    if pod
+    let in_ns: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let enabled = pod
         .spec
         .as_ref()
         .and_then(|s| s.enable_service_links)
-        .unwrap_or(true)
-    {
-        let in_ns: Api<Service> = Api::namespaced(client.clone(), &ns);
-        if let Ok(list) = in_ns.list(&Default::default()).await {
-            for s in &list.items {
-                if !(ns == "default" && s.metadata.name.as_deref() == Some("kubernetes")) {
-                    service_env(s, &mut links);
-                }
+        .unwrap_or(true);
+    let (master, listed) = futures::join!(services.get_opt("kubernetes"), async {
+        if enabled {
+            Some(in_ns.list(&Default::default()).await)
+        } else {
+            None
+        }
+    });
+    if let Ok(Some(k)) = master {
+        service_env(&k, &mut links);
+    }
+    if let Some(Ok(list)) = listed {
+        for s in &list.items {
+            if !(ns == "default" && s.metadata.name.as_deref() == Some("kubernetes")) {
+                service_env(s, &mut links);
             }
         }
     }

@@ -195,22 +195,27 @@ async fn runs_restarts_and_backs_off() {
     );
     assert!(h.pods().get_opt("p").await.unwrap().is_none());
     assert!(h.fake.running(&uid).is_empty());
-    // Events tell the story, as kubectl describe shows it.
+    // Events tell the story, as kubectl describe shows it (written in the background).
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(h.api.client(), "default");
-    let reasons: Vec<String> = events
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
-    for r in ["Pulled", "Created", "Started", "Killing"] {
-        assert!(
-            reasons.iter().any(|x| x == r),
-            "{r} missing from {reasons:?}"
-        );
-    }
+    testkit::eventually(
+        Duration::from_secs(10),
+        "Pulled, Created, Started and Killing events",
+        || async {
+            let reasons: Vec<String> = events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|e| e.reason)
+                .collect();
+            ["Pulled", "Created", "Started", "Killing"]
+                .iter()
+                .all(|r| reasons.iter().any(|x| x == r))
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

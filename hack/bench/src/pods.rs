@@ -19,6 +19,45 @@ const NODE: &str = "bench-node";
 const BRIDGE: &str = "m8sbench0";
 const POD_CIDR: &str = "10.244.254.0/24";
 const CGROUP_ROOT: &str = "/minik8s-bench";
+/// The cpuacct cgroup the server starts in: containerd, its shims, runc and the CNI plugins
+/// inherit it, so its usage is the CPU the whole node spends (pods' own cgroups aside).
+const SERVER_CGROUP: &str = "/sys/fs/cgroup/cpuacct/minik8s-bench-server";
+
+/// CPU time used so far, in nanoseconds: by the server process itself (API server, controllers
+/// and kubelet), and by everything the node runs (the server, containerd, shims, runc, CNI
+/// plugins, and the pods' cgroups, where `runc init` runs). `None` without cgroup v1 cpuacct.
+fn cpu_used(server_pid: u32) -> Option<(u64, u64)> {
+    let read =
+        |path: String| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
+    let stat = std::fs::read_to_string(format!("/proc/{server_pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Clock ticks are 1/100 s on Linux.
+    let server = ticks * 10_000_000;
+    let tree = read(format!("{SERVER_CGROUP}/cpuacct.usage"))?
+        + read(format!("/sys/fs/cgroup/cpuacct{CGROUP_ROOT}/cpuacct.usage")).unwrap_or(0);
+    Some((server, tree))
+}
+
+/// Runs `f` with this process in the server's cpuacct cgroup, so that what it spawns starts
+/// there; moves back afterwards.
+fn in_server_cgroup<T>(f: impl FnOnce() -> T) -> T {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.split_once(":cpuacct:").map(|(_, p)| p.to_string()))
+        });
+    let me = std::process::id().to_string();
+    let moved = std::fs::create_dir_all(SERVER_CGROUP).is_ok()
+        && std::fs::write(format!("{SERVER_CGROUP}/cgroup.procs"), &me).is_ok();
+    let out = f();
+    if moved && let Some(own) = own {
+        let _ = std::fs::write(format!("/sys/fs/cgroup/cpuacct{own}/cgroup.procs"), &me);
+    }
+    out
+}
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct PodsArgs {
@@ -34,18 +73,34 @@ pub struct PodsArgs {
     /// Bursts to measure.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Copy the server's log (with the kubelet's per-pod phase timings) here at the end.
+    #[arg(long)]
+    pub server_log: Option<PathBuf>,
+    /// Also time the same sandboxes and containers created straight through the CRI (no API
+    /// server, no kubelet), one at a time and `burst` at once: the floor the runtime sets.
+    #[arg(long)]
+    pub cri_floor: bool,
+    /// With --cri-floor: also time the burst with at most this many pods being made at a time.
+    #[arg(long)]
+    pub cri_floor_limit: Vec<usize>,
 }
 
 struct NodeProcess {
     child: Child,
     bin: PathBuf,
     dir: tempfile::TempDir,
+    keep_log: Option<PathBuf>,
 }
 
 impl Drop for NodeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(to) = &self.keep_log
+            && let Err(e) = std::fs::copy(self.dir.path().join("server.log"), to)
+        {
+            eprintln!("copying the server log to {}: {e}", to.display());
+        }
         let _ = Command::new(&self.bin)
             .args([
                 "teardown",
@@ -59,10 +114,11 @@ impl Drop for NodeProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+        let _ = std::fs::remove_dir(SERVER_CGROUP);
     }
 }
 
-fn start(bin: &Path) -> anyhow::Result<NodeProcess> {
+fn start(bin: &Path, keep_log: Option<PathBuf>) -> anyhow::Result<NodeProcess> {
     let dir = tempfile::Builder::new()
         .prefix("minik8s-bench-pods.")
         .tempdir()?;
@@ -79,38 +135,41 @@ fn start(bin: &Path) -> anyhow::Result<NodeProcess> {
     }
     let port = testkit::free_port();
     let log = std::fs::File::create(dir.path().join("server.log"))?;
-    let child = Command::new(bin)
-        .args([
-            "server",
-            "--data-dir",
-            &dir.path().to_string_lossy(),
-            "--secure-port",
-            &port.to_string(),
-            "--bind-address",
-            "127.0.0.1",
-        ])
-        .args([
-            "--node-name",
-            NODE,
-            "--node-ip",
-            "127.0.0.1",
-            "--bridge",
-            BRIDGE,
-            "--pod-cidr",
-            POD_CIDR,
-            "--cluster-cidr",
-            POD_CIDR,
-        ])
-        .args(["--cgroup-root", CGROUP_ROOT])
-        .env_remove("RUST_LOG")
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
+    let child = in_server_cgroup(|| {
+        Command::new(bin)
+            .args([
+                "server",
+                "--data-dir",
+                &dir.path().to_string_lossy(),
+                "--secure-port",
+                &port.to_string(),
+                "--bind-address",
+                "127.0.0.1",
+            ])
+            .args([
+                "--node-name",
+                NODE,
+                "--node-ip",
+                "127.0.0.1",
+                "--bridge",
+                BRIDGE,
+                "--pod-cidr",
+                POD_CIDR,
+                "--cluster-cidr",
+                POD_CIDR,
+            ])
+            .args(["--cgroup-root", CGROUP_ROOT])
+            .env_remove("RUST_LOG")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+    })
+    .with_context(|| format!("starting {}", bin.display()))?;
     Ok(NodeProcess {
         child,
         bin: bin.to_path_buf(),
         dir,
+        keep_log,
     })
 }
 
@@ -185,6 +244,134 @@ async fn measure(pods: &Api<Pod>, names: &[String], group: &str) -> anyhow::Resu
     Ok(samples)
 }
 
+/// One sandbox with one container, made and started straight through the CRI; returns the
+/// time from `since` and the sandbox ID.
+async fn raw_pod(
+    runtime: &minik8s_kubelet::runtime::CriRuntime,
+    config: &minik8s_kubelet::KubeletConfig,
+    image_ref: &str,
+    i: usize,
+    since: Instant,
+) -> anyhow::Result<(Duration, String)> {
+    use minik8s_kubelet::pod::{model::keys, spec};
+    use minik8s_kubelet::runtime::Runtime;
+    let mut p = pod(&format!("floor-{i}"), "floor");
+    p.metadata.namespace = Some("default".into());
+    p.metadata.uid = Some(format!("00000000-0000-4000-8000-{i:012}"));
+    let mut sandbox = spec::sandbox_config(config, &p, 0);
+    // Without the pod UID label the kubelet's relist ignores these sandboxes.
+    sandbox.labels.remove(keys::POD_UID);
+    let c = &p.spec.as_ref().expect("spec").containers[0];
+    let mut container = spec::container_config(
+        &p,
+        c,
+        spec::ContainerInputs {
+            image_ref,
+            attempt: 0,
+            env: &[],
+            mounts: Vec::new(),
+            node_memory: 1e9,
+            init: false,
+        },
+    );
+    container.labels.remove(keys::POD_UID);
+    let id = runtime.run_pod_sandbox(sandbox.clone()).await?;
+    let cid = runtime.create_container(&id, container, sandbox).await?;
+    runtime.start_container(&cid).await?;
+    Ok((since.elapsed(), id))
+}
+
+/// Stops and removes raw sandboxes (and their containers).
+async fn remove_raw(
+    runtime: &minik8s_kubelet::runtime::CriRuntime,
+    ids: &[String],
+) -> anyhow::Result<()> {
+    use minik8s_kubelet::runtime::Runtime;
+    let containers = runtime.list_containers().await?;
+    for c in containers
+        .iter()
+        .filter(|c| ids.contains(&c.pod_sandbox_id))
+    {
+        runtime.stop_container(&c.id, 0).await?;
+        runtime.remove_container(&c.id).await?;
+    }
+    for id in ids {
+        runtime.stop_pod_sandbox(id).await?;
+        runtime.remove_pod_sandbox(id).await?;
+    }
+    Ok(())
+}
+
+/// The runtime's own floor: sandboxes with one container each, through the CRI only.
+async fn cri_floor(
+    dir: &Path,
+    server_pid: u32,
+    single: usize,
+    burst: usize,
+    limit: Option<usize>,
+) -> anyhow::Result<(Samples, Samples)> {
+    use minik8s_kubelet::runtime::Runtime;
+    let socket =
+        minik8s_kubelet::containerd::ContainerdConfig::new(dir.join("containerd")).socket();
+    let runtime = minik8s_kubelet::runtime::CriRuntime::connect(&socket).await?;
+    let mut config = minik8s_kubelet::KubeletConfig::new(
+        NODE,
+        std::net::IpAddr::from([127, 0, 0, 1]),
+        dir.join("kubelet"),
+        &socket,
+    );
+    config.cgroup_root = CGROUP_ROOT.into();
+    let image = runtime
+        .image_status("busybox:1.36")
+        .await?
+        .context("busybox:1.36 is not in containerd")?
+        .id;
+    let mut one = Samples::with_capacity(single);
+    for i in 0..single {
+        let (d, id) = raw_pod(&runtime, &config, &image, i, Instant::now()).await?;
+        one.push(d);
+        remove_raw(&runtime, &[id]).await?;
+    }
+    let cpu_before = cpu_used(server_pid);
+    let started = Instant::now();
+    let gate = tokio::sync::Semaphore::new(limit.unwrap_or(burst).max(1));
+    let results = futures::future::join_all((0..burst).map(|i| {
+        let (runtime, config, image, gate) = (&runtime, &config, &image, &gate);
+        async move {
+            let _turn = gate.acquire().await.expect("semaphore");
+            raw_pod(runtime, config, image, single + i, started).await
+        }
+    }))
+    .await;
+    let wall = started.elapsed();
+    if let Some((b, a)) = cpu_before.zip(cpu_used(server_pid)) {
+        println!(
+            "CRI only, {burst} at once (at most {limit:?} at a time): all started in {:.0} ms; CPU per pod {:.0} ms (server {:.0} ms); {}",
+            wall.as_secs_f64() * 1000.0,
+            (a.1 - b.1) as f64 / 1e6 / burst as f64,
+            (a.0 - b.0) as f64 / 1e6 / burst as f64,
+            loadavg()
+        );
+    }
+    let mut many = Samples::with_capacity(burst);
+    let mut ids = Vec::new();
+    for r in results {
+        let (d, id) = r?;
+        many.push(d);
+        ids.push(id);
+    }
+    remove_raw(&runtime, &ids).await?;
+    Ok((one, many))
+}
+
+fn loadavg() -> String {
+    let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!(
+        "load {}",
+        l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    )
+}
+
 async fn delete_all(pods: &Api<Pod>, group: &str) -> anyhow::Result<()> {
     let dp = DeleteParams {
         grace_period_seconds: Some(0),
@@ -211,7 +398,7 @@ async fn delete_all(pods: &Api<Pod>, group: &str) -> anyhow::Result<()> {
 }
 
 pub async fn run(args: PodsArgs) -> anyhow::Result<()> {
-    let node = start(&args.server_bin)?;
+    let node = start(&args.server_bin, args.server_log.clone())?;
     let kubeconfig = node.dir.path().join("admin.kubeconfig");
     let deadline = Instant::now() + Duration::from_secs(60);
     let client = loop {
@@ -258,13 +445,24 @@ pub async fn run(args: PodsArgs) -> anyhow::Result<()> {
     for r in 0..args.rounds {
         let names: Vec<String> = (0..args.burst).map(|i| format!("burst-{r}-{i}")).collect();
         let started = Instant::now();
+        let cpu_before = cpu_used(node.child.id());
         let s = measure(&pods, &names, "burst").await?;
+        let cpu = cpu_before.zip(cpu_used(node.child.id())).map(|(b, a)| {
+            let per_pod = |d: u64| d as f64 / 1e6 / names.len() as f64;
+            format!(
+                "; CPU per pod {:.0} ms, of which the server (API, kubelet) {:.0} ms",
+                per_pod(a.1 - b.1),
+                per_pod(a.0 - b.0)
+            )
+        });
         println!(
-            "burst {r}: {} pods Running in {:.0} ms (p50 {:.0} ms, p99 {:.0} ms)",
+            "burst {r}: {} pods Running in {:.0} ms (p50 {:.0} ms, p99 {:.0} ms){}; {}",
             names.len(),
             started.elapsed().as_secs_f64() * 1000.0,
             s.p50(),
-            s.p99()
+            s.p99(),
+            cpu.unwrap_or_default(),
+            loadavg()
         );
         burst.extend(s);
         delete_all(&pods, "burst").await?;
@@ -289,6 +487,34 @@ pub async fn run(args: PodsArgs) -> anyhow::Result<()> {
         burst.max_ms(),
         burst.len()
     );
+    if args.cri_floor {
+        let (one, many) = cri_floor(
+            node.dir.path(),
+            node.child.id(),
+            args.single,
+            args.burst,
+            None,
+        )
+        .await?;
+        let mut rows = vec![
+            ("1 at a time".to_string(), one),
+            (format!("{} at once", args.burst), many),
+        ];
+        for &limit in &args.cri_floor_limit {
+            let (_, many) =
+                cri_floor(node.dir.path(), node.child.id(), 0, args.burst, Some(limit)).await?;
+            rows.push((format!("{} at once, {limit} at a time", args.burst), many));
+        }
+        for (what, s) in rows {
+            println!(
+                "| CRI only (RunPodSandbox+CreateContainer+StartContainer), {what} | {:.0} | {:.0} | {:.0} | {} |",
+                s.p50(),
+                s.p99(),
+                s.max_ms(),
+                s.len()
+            );
+        }
+    }
     println!(
         "target: p99 within 1000 ms for 30 pods at once (upstream's SLO: 5 s); client and node share this 2-core machine"
     );

@@ -22,7 +22,8 @@ const RESYNC: Duration = Duration::from_secs(60);
 pub struct PodManager {
     shared: Arc<Shared>,
     store: Store<Pod>,
-    workers: Mutex<HashMap<String, mpsc::Sender<()>>>,
+    /// Each worker's wake-ups carry when they were asked for (the first one still queued).
+    workers: Mutex<HashMap<String, mpsc::Sender<tokio::time::Instant>>>,
 }
 
 impl PodManager {
@@ -37,29 +38,32 @@ impl PodManager {
     /// Wakes (or starts) the worker of a pod.
     pub fn trigger(self: &Arc<Self>, uid: &str) {
         let mut workers = self.workers.lock().expect("workers");
+        let now = tokio::time::Instant::now();
         if let Some(tx) = workers.get(uid) {
-            match tx.try_send(()) {
+            match tx.try_send(now) {
                 Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => return,
                 Err(mpsc::error::TrySendError::Closed(_)) => {}
             }
         }
         let (tx, rx) = mpsc::channel(1);
-        let _ = tx.try_send(());
+        let _ = tx.try_send(now);
         workers.insert(uid.to_string(), tx);
         let this = self.clone();
         let uid = uid.to_string();
         tokio::spawn(async move { this.work(uid, rx).await });
     }
 
-    async fn work(self: Arc<Self>, uid: String, mut rx: mpsc::Receiver<()>) {
+    async fn work(self: Arc<Self>, uid: String, mut rx: mpsc::Receiver<tokio::time::Instant>) {
         let mut failures = 0u32;
         let mut next = tokio::time::Instant::now() + RESYNC;
         loop {
-            tokio::select! {
-                msg = rx.recv() => if msg.is_none() { return },
-                _ = tokio::time::sleep_until(next) => {}
-            }
-            let span = tracing::info_span!("sync", pod_uid = %uid);
+            let asked = tokio::select! {
+                msg = rx.recv() => match msg { Some(at) => at, None => return },
+                _ = tokio::time::sleep_until(next) => next,
+            };
+            let queued_ms = asked.elapsed().as_secs_f64() * 1000.0;
+            let span =
+                tracing::info_span!("sync", pod_uid = %uid, queued_ms = format!("{queued_ms:.1}"));
             let Some(pod) = self.pod(&uid) else {
                 // Gone from the API: remove what the runtime still holds.
                 if let Ok(rt) = self.shared.runtime_pod(&uid).await

@@ -105,6 +105,43 @@ fn pod_limits(pod: &Pod) -> (Option<u64>, u64) {
     (memory, (milli_cpu * 1024.0 / 1000.0) as u64)
 }
 
+/// Wall time of each step of one sync, logged when the sync started something: where a pod's
+/// startup latency goes.
+struct Phases {
+    last: std::time::Instant,
+    steps: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn new() -> Self {
+        Phases {
+            last: std::time::Instant::now(),
+            steps: Vec::new(),
+        }
+    }
+
+    /// Ends the step called `name`.
+    fn mark(&mut self, name: &'static str) {
+        let now = std::time::Instant::now();
+        self.steps.push((name, now - self.last));
+        self.last = now;
+    }
+
+    fn total(&self) -> Duration {
+        self.steps.iter().map(|(_, d)| *d).sum()
+    }
+}
+
+impl std::fmt::Display for Phases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, d)) in self.steps.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{name}={:.1}ms", d.as_secs_f64() * 1000.0)?;
+        }
+        Ok(())
+    }
+}
+
 fn now_ns() -> i64 {
     jiff::Timestamp::now().as_nanosecond() as i64
 }
@@ -154,9 +191,15 @@ impl Shared {
             action: reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &object_ref(pod, field)).await {
-            tracing::debug!(error = %e, reason, "recording an event failed");
-        }
+        // Written in the background, as upstream's event broadcaster does: a pod's start does
+        // not wait for the API server to store the story of it.
+        let recorder = self.recorder.clone();
+        let reference = object_ref(pod, field);
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, reason = %event.reason, "recording an event failed");
+            }
+        });
     }
 
     /// An event about one of the pod's containers.
@@ -185,14 +228,7 @@ impl Shared {
             }
         }
         let mut containers = Vec::new();
-        for c in self.runtime.list_containers().await? {
-            if c.labels
-                .get(super::model::keys::POD_UID)
-                .map(String::as_str)
-                != Some(pod_uid)
-            {
-                continue;
-            }
+        for c in self.runtime.list_containers_labeled(mine).await? {
             match self.runtime.container_status(&c.id).await {
                 Ok(st) => containers.push((c, st)),
                 Err(e) if e.is_not_found() => {}
@@ -313,9 +349,12 @@ impl Shared {
         c: &Container,
         attempt: u32,
         init: bool,
+        phases: &mut Phases,
     ) -> bool {
         let pod_uid = uid(pod).to_string();
-        let image_ref = match self.ensure_image(pod, c).await {
+        let image = self.ensure_image(pod, c).await;
+        phases.mark("image");
+        let image_ref = match image {
             Ok(r) => r,
             Err((reason, message)) => {
                 self.set_waiting(&pod_uid, &c.name, &reason, message);
@@ -328,7 +367,9 @@ impl Shared {
             node_cpu: self.node_cpu,
             node_memory: self.node_memory,
         };
-        let env = match env::build(&self.client, pod, c, &ctx).await {
+        let env = env::build(&self.client, pod, c, &ctx).await;
+        phases.mark("env");
+        let env = match env {
             Ok(e) => e,
             Err(e) => {
                 self.event(pod, Some(&c.name), true, "Failed", format!("Error: {e}"))
@@ -364,11 +405,12 @@ impl Shared {
                 init,
             },
         );
-        let id = match self
+        let created = self
             .runtime
             .create_container(sandbox.id, config, sandbox.config.clone())
-            .await
-        {
+            .await;
+        phases.mark("create_container");
+        let id = match created {
             Ok(id) => id,
             Err(e) => {
                 self.event(
@@ -391,7 +433,10 @@ impl Shared {
             format!("Created container {}", c.name),
         )
         .await;
-        if let Err(e) = self.runtime.start_container(&id).await {
+        phases.mark("event_created");
+        let started = self.runtime.start_container(&id).await;
+        phases.mark("start_container");
+        if let Err(e) = started {
             self.event(
                 pod,
                 Some(&c.name),
@@ -412,6 +457,7 @@ impl Shared {
             format!("Started container {}", c.name),
         )
         .await;
+        phases.mark("event_started");
         true
     }
 
@@ -603,7 +649,9 @@ impl Shared {
     /// One sync of one pod: bring the runtime in line with the spec, then report.
     pub async fn sync(&self, pod: &Pod) -> Result<Outcome, SyncError> {
         let pod_uid = uid(pod).to_string();
+        let mut phases = Phases::new();
         let rt = self.runtime_pod(&pod_uid).await?;
+        phases.mark("runtime_pod");
         if pod.metadata.deletion_timestamp.is_some() {
             return self.terminate(pod, rt).await;
         }
@@ -673,6 +721,7 @@ impl Shared {
             }
             Default::default()
         };
+        phases.mark("volumes");
         let mut sandbox_id = plan.sandbox_id.clone();
         let attempt = plan
             .create_sandbox
@@ -690,7 +739,10 @@ impl Shared {
             ) {
                 tracing::warn!(pod = %pod_display(pod), error = %e, "creating the pod cgroup failed");
             }
-            match self.runtime.run_pod_sandbox(sandbox.clone()).await {
+            phases.mark("cgroup");
+            let created = self.runtime.run_pod_sandbox(sandbox.clone()).await;
+            phases.mark("run_pod_sandbox");
+            match created {
                 Ok(id) => sandbox_id = Some(id),
                 Err(e) => {
                     self.event(
@@ -716,6 +768,7 @@ impl Shared {
                 .unwrap_or_default(),
             None => String::new(),
         };
+        phases.mark("sandbox_status");
         if let Some(sandbox_id) = sandbox_id.as_deref() {
             // After a new sandbox, earlier containers are history: attempts continue from them.
             let fresh = plan.create_sandbox.is_some();
@@ -737,6 +790,7 @@ impl Shared {
                             c,
                             attempt,
                             true,
+                            &mut phases,
                         )
                         .await;
                     }
@@ -763,6 +817,7 @@ impl Shared {
                         c,
                         attempt,
                         false,
+                        &mut phases,
                     )
                     .await
                 {
@@ -776,7 +831,12 @@ impl Shared {
             }
         }
         let rt = self.runtime_pod(&pod_uid).await?;
+        phases.mark("runtime_pod");
         self.report(pod, &rt).await?;
+        phases.mark("status");
+        if needs_volumes {
+            tracing::info!(pod = %pod_display(pod), total_ms = phases.total().as_millis() as u64, %phases, "synced");
+        }
         outcome.running = rt
             .containers
             .iter()
