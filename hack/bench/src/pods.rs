@@ -158,6 +158,8 @@ fn start(bin: &Path, keep_log: Option<PathBuf>) -> anyhow::Result<NodeProcess> {
                 "--cluster-cidr",
                 POD_CIDR,
             ])
+            // Another node on the machine may hold the default kubelet port.
+            .args(["--kubelet-port", &testkit::free_port().to_string()])
             .args(["--cgroup-root", CGROUP_ROOT])
             .env_remove("RUST_LOG")
             .stdout(log.try_clone()?)
