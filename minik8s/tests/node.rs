@@ -62,6 +62,8 @@ fn start_with(dir: &Path, port: u16, extra: &[&str]) -> Node_ {
             "--service-cluster-ip-range",
             "10.96.0.0/12",
         ])
+        // Another node on the machine may hold the default kubelet port.
+        .args(["--kubelet-port", &free_port().to_string()])
         .env("RUST_LOG", "warn,minik8s_kubelet=info")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("server.log")).expect("log file"))
