@@ -16,9 +16,20 @@ if [[ -f "$DATA_DIR/server.pid" ]]; then
   log "stopped"
 fi
 # Pods stop with the node; their objects stay in the API and come back with hack/up.sh.
-BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s"
+BIN="${MINIK8S_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s}"
+TEARDOWN_EXTRA=()
+multinode=0
+if [[ -f "$DATA_DIR/multinode.env" ]]; then
+  multinode=1
+  source "$REPO_ROOT/hack/multinode.sh"
+  TEARDOWN_EXTRA=(--bridge "$MN_HOST_BRIDGE" --cgroup-root "$MN_HOST_CGROUP")
+  mn_down "$BIN"
+fi
 if [[ -x "$BIN" && -d "$DATA_DIR/containerd" ]]; then
-  "$BIN" teardown --data-dir "$DATA_DIR" >>"$DATA_DIR/server.log" 2>&1 || log "teardown reported errors (see $DATA_DIR/server.log)"
+  "$BIN" teardown --data-dir "$DATA_DIR" "${TEARDOWN_EXTRA[@]}" >>"$DATA_DIR/server.log" 2>&1 || log "teardown reported errors (see $DATA_DIR/server.log)"
+fi
+if ((multinode)); then
+  mn_remove_cgroups
 fi
 if ((purge)); then
   rm -rf "$DATA_DIR"
