@@ -6,13 +6,7 @@ purge=0
 [[ "${1:-}" == "--purge" ]] && purge=1
 
 if [[ -f "$DATA_DIR/server.pid" ]]; then
-  pid="$(cat "$DATA_DIR/server.pid")"
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$DATA_DIR/server.pid"
+  stop_pidfile "$DATA_DIR/server.pid"
   log "stopped"
 fi
 # Pods stop with the node; their objects stay in the API and come back with hack/up.sh.

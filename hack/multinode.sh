@@ -82,15 +82,7 @@ mn_down() {
   for ((k = 1; k < nodes; k++)); do
     ns="$(mn_ns "$k")"
     dir="$(mn_dir "$k")"
-    if [[ -f "$dir/node.pid" ]]; then
-      pid="$(cat "$dir/node.pid")"
-      if kill -0 "$pid" 2>/dev/null; then
-        kill "$pid"
-        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$pid" 2>/dev/null || true
-      fi
-      rm -f "$dir/node.pid"
-    fi
+    stop_pidfile "$dir/node.pid"
     if [[ -e "/run/netns/$ns" ]]; then
       if [[ -x "$bin" && -d "$dir/containerd" ]]; then
         nsenter --net="/run/netns/$ns" "$bin" teardown --data-dir "$dir" --bridge cni0 \

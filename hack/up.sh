@@ -67,6 +67,10 @@ if ! wait_for 30 test -f "$KCFG" ||
   ! KUBECONFIG="$KCFG" kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null; then
   log "the node did not become Ready; last log lines:"
   tail -n 30 "$DATA_DIR/server.log" >&2
+  if ((NODES > 1)); then
+    KUBECONFIG="$KCFG" kubectl get nodes >&2 || true
+    tail -n 15 "$DATA_DIR"/nodes/*/node.log >&2 || true
+  fi
   exit 1
 fi
 

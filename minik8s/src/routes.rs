@@ -7,9 +7,9 @@
 //! routes carrying that number, so routes made by anyone else (the kubelet's bridge routes,
 //! the machine's own) are never touched. Two clusters on one machine need distinct numbers.
 
+use minik8s_kubelet::cni::{NetError, ip};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::Command;
 use std::time::Duration;
 
 use clap::Args;
@@ -34,12 +34,6 @@ pub struct RouteArgs {
 
 /// Destination (a normalised IPv4 CIDR) → gateway.
 pub type Routes = BTreeMap<String, Ipv4Addr>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum RouteError {
-    #[error("{command}: {message}")]
-    Command { command: String, message: String },
-}
 
 /// `a.b.c.d/n` with the host bits cleared, or None for anything but IPv4.
 fn normalise(cidr: &str) -> Option<String> {
@@ -138,31 +132,17 @@ pub struct RouteTable {
 }
 
 impl RouteTable {
-    fn ip(&self, args: &[&str]) -> Result<String, RouteError> {
+    fn ip(&self, args: &[&str]) -> Result<String, NetError> {
         let mut all: Vec<&str> = Vec::new();
         if let Some(ns) = &self.netns {
             all.extend(["-n", ns.as_str()]);
         }
         all.extend(args);
-        let command = format!("ip {}", all.join(" "));
-        let out = Command::new("ip")
-            .args(&all)
-            .output()
-            .map_err(|e| RouteError::Command {
-                command: command.clone(),
-                message: e.to_string(),
-            })?;
-        if !out.status.success() {
-            return Err(RouteError::Command {
-                command,
-                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        ip(&all)
     }
 
     /// The routes carrying our protocol number.
-    pub fn owned(&self) -> Result<Routes, RouteError> {
+    pub fn owned(&self) -> Result<Routes, NetError> {
         let proto = self.protocol.to_string();
         Ok(parse_routes(&self.ip(&[
             "-4", "-o", "route", "show", "table", "main", "proto", &proto,
@@ -170,7 +150,7 @@ impl RouteTable {
     }
 
     /// Makes the owned routes equal `desired`; returns how many routes changed.
-    pub fn sync(&self, desired: &Routes) -> Result<usize, RouteError> {
+    pub fn sync(&self, desired: &Routes) -> Result<usize, NetError> {
         let proto = self.protocol.to_string();
         let current = self.owned()?;
         let mut changed = 0;
@@ -255,6 +235,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeAddress, NodeSpec, NodeStatus};
     use kube::api::ObjectMeta;
+    use std::process::Command;
 
     fn node(name: &str, cidr: Option<&str>, ip: Option<&str>) -> Node {
         Node {
