@@ -24,6 +24,7 @@ if [[ -x "$BIN" && -d "$DATA_DIR/containerd" ]]; then
 fi
 if ((multinode)); then
   mn_remove_cgroups
+  mn_cleanup_host_iptables "$BIN"
 fi
 if ((purge)); then
   rm -rf "$DATA_DIR"

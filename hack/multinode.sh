@@ -103,6 +103,18 @@ mn_down() {
   log "removed $((nodes - 1)) worker node(s), $MN_BRIDGE and their routes"
 }
 
+# The host proxier's KUBE-* chains. Any other cluster's proxier on this machine uses the same
+# names, so they are removed only while no other `minik8s server` runs. Run after the server
+# stopped.
+mn_cleanup_host_iptables() {
+  local bin="$1"
+  if pgrep -f "minik8s server" >/dev/null 2>&1; then
+    log "another minik8s server runs here: the host's KUBE-* iptables chains stay"
+  elif [[ -x "$bin" ]]; then
+    "$bin" proxy --cleanup >/dev/null 2>&1 || log "removing the host's KUBE-* iptables chains failed"
+  fi
+}
+
 # The pod cgroups of the host node and the workers in every hierarchy, cgroup v2's `unified`
 # one of a hybrid machine included (runc creates them there too). Run after the teardowns.
 mn_remove_cgroups() {

@@ -194,10 +194,13 @@ pub async fn run(
     // Until the first list is complete the cache is partial: syncing then would remove the
     // routes of nodes not seen yet.
     let mut ready = false;
+    // What the last successful sync made: heartbeats change Nodes every few seconds without
+    // changing the routes, and those need no look at the kernel.
+    let mut synced: Option<Routes> = None;
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
-            _ = resync.tick() => {}
+            _ = resync.tick() => synced = None,
             event = events.next() => match event {
                 Some(Ok(watcher::Event::InitDone)) => ready = true,
                 Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => continue,
@@ -215,15 +218,19 @@ pub async fn run(
         // Every wake-up compares the whole table with the cache: nothing depends on the event.
         let nodes = store.state();
         let desired = desired_routes(nodes.iter().map(|n| n.as_ref()), &own_node);
+        if synced.as_ref() == Some(&desired) {
+            continue;
+        }
         let table = table.clone();
         let span = tracing::info_span!("routes", node = %own_node, routes = desired.len());
+        let wanted = desired.clone();
         let result = tokio::task::spawn_blocking(move || {
             let _enter = span.enter();
-            table.sync(&desired)
+            table.sync(&wanted)
         })
         .await;
         match result {
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => synced = Some(desired),
             Ok(Err(e)) => tracing::warn!(error = %e, "syncing routes"),
             Err(e) => tracing::warn!(error = %e, "route sync task"),
         }
