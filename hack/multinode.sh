@@ -11,16 +11,27 @@ MN_NET=172.30.0                 # the bridge's /24; the host is .1, worker K is 
 MN_HOST_BRIDGE=mk8s-cni0        # the host node's pod bridge (the single-node cluster uses cni0)
 MN_HOST_CGROUP=/mk8s-host
 MN_ROUTE_PROTOCOL="${MINIK8S_ROUTE_PROTOCOL:-212}"
-MN_KUBELET_PORT="${MINIK8S_KUBELET_PORT:-10250}"
+MN_KUBELET_PORT="${MINIK8S_KUBELET_PORT:-10260}" # the host node's; workers keep 10250
 
 mn_ns() { echo "mk8s-node$1"; }
 mn_dir() { echo "$DATA_DIR/nodes/$1"; }
 mn_ip() { echo "$MN_NET.$(($1 + 1))"; }
 
-# The server's flags for the host node of a multi-node cluster.
+# The server's flags for the host node of a multi-node cluster. Cluster DNS stays off: it
+# would take port 53 on every address of the host.
 mn_server_args() {
   echo --advertise-address "$MN_NET.1" --node-ip "$MN_NET.1" --bridge "$MN_HOST_BRIDGE" \
-    --cgroup-root "$MN_HOST_CGROUP" --route-protocol "$MN_ROUTE_PROTOCOL" --kubelet-port "$MN_KUBELET_PORT"
+    --cgroup-root "$MN_HOST_CGROUP" --route-protocol "$MN_ROUTE_PROTOCOL" \
+    --kubelet-port "$MN_KUBELET_PORT" --disable-dns
+}
+
+# The host node shares the pod range 10.244.0.0/16, its routes and the KUBE-* iptables chains
+# with any other minik8s cluster on this machine: refuse to start beside one.
+mn_check_alone() {
+  if pgrep -f "minik8s server" >/dev/null 2>&1; then
+    log "another minik8s server runs on this machine; a multi-node cluster would share its pod range, routes and iptables chains: stop it first"
+    exit 1
+  fi
 }
 
 # The bridge and one namespace per worker; the API server's certificate covers $MN_NET.1

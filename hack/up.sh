@@ -43,6 +43,7 @@ if [[ -f "$DATA_DIR/server.pid" ]] && kill -0 "$(cat "$DATA_DIR/server.pid")" 2>
 fi
 
 if ((NODES > 1)); then
+  mn_check_alone
   mn_setup_network "$NODES"
   read -r -a SERVER_EXTRA <<<"$(mn_server_args)"
 fi

@@ -188,9 +188,11 @@ pub async fn kubeconfig_client(
         &cert.key_pem,
     );
     std::fs::write(path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
-    let kc = kube::config::Kubeconfig::read_from(path)?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    Ok(kube::Client::try_from(config)?)
+    crate::control::ClientArgs {
+        kubeconfig: Some(path.to_path_buf()),
+    }
+    .client()
+    .await
 }
 
 /// Stops every pod of the node and containerd, and removes what they left: containers, the

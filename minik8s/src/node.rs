@@ -36,14 +36,6 @@ pub struct NodeArgs {
     pub routes: routes::RouteArgs,
 }
 
-/// A client as this node, from the kubeconfig the agent wrote.
-async fn client_from(path: &std::path::Path) -> anyhow::Result<kube::Client> {
-    let kc = kube::config::Kubeconfig::read_from(path)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    Ok(kube::Client::try_from(config)?)
-}
-
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let ca_key = args.pki_dir.join("ca.key");
     anyhow::ensure!(
@@ -89,7 +81,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         ));
     }
     if !args.routes.disable_route_agent {
-        let client = client_from(&args.data_dir.join("kubelet.kubeconfig")).await?;
+        // The route agent acts as the node, through the kubeconfig the agent wrote.
+        let client = crate::control::ClientArgs {
+            kubeconfig: Some(args.data_dir.join("kubelet.kubeconfig")),
+        }
+        .client()
+        .await?;
         let table = routes::RouteTable {
             protocol: args.routes.route_protocol,
             netns: None,
