@@ -149,28 +149,39 @@ impl RouteTable {
         ])?))
     }
 
-    /// Makes the owned routes equal `desired`; returns how many routes changed.
-    pub fn sync(&self, desired: &Routes) -> Result<usize, NetError> {
+    /// Makes the owned routes equal `desired`, as far as the kernel lets it: a route it refuses
+    /// (a gateway that is not on a local link, as a hollow node's) does not stop the others.
+    /// Returns how many routes changed and the errors met.
+    pub fn sync(&self, desired: &Routes) -> Result<(usize, Vec<NetError>), NetError> {
         let proto = self.protocol.to_string();
         let current = self.owned()?;
         let mut changed = 0;
+        let mut errors = Vec::new();
         for (dst, via) in desired {
             if current.get(dst) != Some(via) {
                 let via = via.to_string();
-                self.ip(&["route", "replace", dst, "via", &via, "proto", &proto])?;
-                tracing::info!(%dst, %via, "route added");
-                changed += 1;
+                match self.ip(&["route", "replace", dst, "via", &via, "proto", &proto]) {
+                    Ok(_) => {
+                        tracing::info!(%dst, %via, "route added");
+                        changed += 1;
+                    }
+                    Err(e) => errors.push(e),
+                }
             }
         }
         for (dst, via) in &current {
             if !desired.contains_key(dst) {
                 let via = via.to_string();
-                self.ip(&["route", "del", dst, "via", &via, "proto", &proto])?;
-                tracing::info!(%dst, %via, "route removed");
-                changed += 1;
+                match self.ip(&["route", "del", dst, "via", &via, "proto", &proto]) {
+                    Ok(_) => {
+                        tracing::info!(%dst, %via, "route removed");
+                        changed += 1;
+                    }
+                    Err(e) => errors.push(e),
+                }
             }
         }
-        Ok(changed)
+        Ok((changed, errors))
     }
 }
 
@@ -230,8 +241,15 @@ pub async fn run(
         })
         .await;
         match result {
-            Ok(Ok(_)) => synced = Some(desired),
-            Ok(Err(e)) => tracing::warn!(error = %e, "syncing routes"),
+            // Refused routes are tried again when the wish list changes or at the resync,
+            // not at every heartbeat.
+            Ok(Ok((_, errors))) => {
+                for e in &errors {
+                    tracing::warn!(error = %e, "a route was refused");
+                }
+                synced = Some(desired);
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "reading routes"),
             Err(e) => tracing::warn!(error = %e, "route sync task"),
         }
     }
@@ -422,6 +440,9 @@ mod tests {
         create(node("self", Some("10.244.0.0/24"), Some("172.31.250.1"))).await;
         create(node("b", Some("10.244.1.0/24"), Some("172.31.250.2"))).await;
         create(node("c", None, Some("172.31.250.3"))).await;
+        // A gateway off every local link (as a hollow node's): the kernel refuses that route,
+        // and the others are made all the same.
+        create(node("far", Some("10.244.5.0/24"), Some("100.127.0.5"))).await;
 
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let agent = tokio::spawn(run(client.clone(), "self".into(), table.clone(), async {
@@ -470,7 +491,7 @@ mod tests {
             .unwrap();
         let all = String::from_utf8_lossy(&all.stdout);
         assert!(all.contains("10.244.7.0/24 via 172.31.250.7"), "{all}");
-        assert_eq!(table.sync(&Routes::new()).unwrap(), 1);
+        assert_eq!(table.sync(&Routes::new()).unwrap().0, 1);
         assert!(table.owned().unwrap().is_empty());
         let all = Command::new("ip")
             .args(["-n", &ns.0, "-4", "route", "show"])
