@@ -6,19 +6,25 @@ purge=0
 [[ "${1:-}" == "--purge" ]] && purge=1
 
 if [[ -f "$DATA_DIR/server.pid" ]]; then
-  pid="$(cat "$DATA_DIR/server.pid")"
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$DATA_DIR/server.pid"
+  stop_pidfile "$DATA_DIR/server.pid"
   log "stopped"
 fi
 # Pods stop with the node; their objects stay in the API and come back with hack/up.sh.
-BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s"
+BIN="${MINIK8S_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s}"
+TEARDOWN_EXTRA=()
+multinode=0
+if [[ -f "$DATA_DIR/multinode.env" ]]; then
+  multinode=1
+  source "$REPO_ROOT/hack/multinode.sh"
+  TEARDOWN_EXTRA=(--bridge "$MN_HOST_BRIDGE" --cgroup-root "$MN_HOST_CGROUP")
+  mn_down "$BIN"
+fi
 if [[ -x "$BIN" && -d "$DATA_DIR/containerd" ]]; then
-  "$BIN" teardown --data-dir "$DATA_DIR" >>"$DATA_DIR/server.log" 2>&1 || log "teardown reported errors (see $DATA_DIR/server.log)"
+  "$BIN" teardown --data-dir "$DATA_DIR" "${TEARDOWN_EXTRA[@]}" >>"$DATA_DIR/server.log" 2>&1 || log "teardown reported errors (see $DATA_DIR/server.log)"
+fi
+if ((multinode)); then
+  mn_remove_cgroups
+  mn_cleanup_host_iptables "$BIN"
 fi
 if ((purge)); then
   rm -rf "$DATA_DIR"

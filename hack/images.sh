@@ -19,9 +19,11 @@ if [[ " ${images[*]} " == *" python "* || " ${images[*]} " == *" all "* ]]; then
   fi
 fi
 
-log "building minik8s (release)"
-cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p minik8s
-BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s"
+if [[ -z "${MINIK8S_BIN:-}" ]]; then
+  log "building minik8s (release)"
+  cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p minik8s
+fi
+BIN="${MINIK8S_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s}"
 
 OUT="$DATA_DIR/images"
 mkdir -p "$OUT"

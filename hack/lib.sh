@@ -31,3 +31,16 @@ wait_for() {
     sleep 0.2
   done
 }
+
+# Stops the process whose pid is in file $1 (TERM, then KILL after 10 s) and removes the file.
+stop_pidfile() {
+  local pid
+  [[ -f "$1" ]] || return 0
+  pid="$(cat "$1")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$1"
+}

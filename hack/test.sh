@@ -15,3 +15,7 @@ export MINIK8S_IMAGES="pause busybox"
 trap '"$REPO_ROOT/hack/down.sh" >/dev/null 2>&1; rm -rf "$MINIK8S_DATA_DIR"' EXIT
 "$REPO_ROOT/hack/up.sh"
 "$REPO_ROOT/hack/conformance.sh"
+# One cluster at a time: the multi-node cluster's host node uses the same pod range.
+"$REPO_ROOT/hack/down.sh" >/dev/null 2>&1 || true
+log "cross-node networking against a fresh 3-node cluster"
+"$REPO_ROOT/hack/e2e-net.sh"

@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # Brings up an all-in-one minik8s cluster in the background and points kubectl at it.
 # Data lives in $MINIK8S_DATA_DIR (default /var/lib/minik8s); running it again restarts the
-# cluster on the same data.
+# cluster on the same data. `--nodes N` (N >= 2) adds N-1 worker nodes, each in a network
+# namespace of its own (see hack/multinode.sh).
 source "$(dirname "$0")/lib.sh"
+
+NODES=1
+while (($#)); do
+  case "$1" in
+    --nodes) NODES="$2"; shift 2 ;;
+    --nodes=*) NODES="${1#*=}"; shift ;;
+    *) log "unknown argument $1 (usage: hack/up.sh [--nodes N])"; exit 2 ;;
+  esac
+done
+SERVER_EXTRA=()
+if ((NODES > 1)); then
+  source "$REPO_ROOT/hack/multinode.sh"
+fi
 
 PORT="${MINIK8S_PORT:-6443}"
 install_packages
-log "building minik8s (release)"
-cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p minik8s
-BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s"
+# $MINIK8S_BIN: an already built binary (e.g. a debug build) instead of the release build.
+if [[ -z "${MINIK8S_BIN:-}" ]]; then
+  log "building minik8s (release)"
+  cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p minik8s
+fi
+BIN="${MINIK8S_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s}"
 
 mkdir -p "$DATA_DIR"
 # Images are built from files on this machine, once; the node imports them when it starts.
@@ -25,8 +42,13 @@ if [[ -f "$DATA_DIR/server.pid" ]] && kill -0 "$(cat "$DATA_DIR/server.pid")" 2>
   "$REPO_ROOT/hack/down.sh"
 fi
 
+if ((NODES > 1)); then
+  mn_check_alone
+  mn_setup_network "$NODES"
+  read -r -a SERVER_EXTRA <<<"$(mn_server_args)"
+fi
 log "starting the server (logs in $DATA_DIR/server.log)"
-nohup "$BIN" server --data-dir "$DATA_DIR" --secure-port "$PORT" >>"$DATA_DIR/server.log" 2>&1 &
+nohup "$BIN" server --data-dir "$DATA_DIR" --secure-port "$PORT" "${SERVER_EXTRA[@]}" >>"$DATA_DIR/server.log" 2>&1 &
 echo $! >"$DATA_DIR/server.pid"
 
 KCFG="$DATA_DIR/admin.kubeconfig"
@@ -35,12 +57,21 @@ if ! wait_for 60 curl -skf "https://127.0.0.1:$PORT/readyz"; then
   tail -n 30 "$DATA_DIR/server.log" >&2
   exit 1
 fi
-# `kubectl wait --all` fails at once while no node is registered yet, so first wait for one to exist.
+if ((NODES > 1)); then
+  # The host node registers with its pod range first, so node IPAM never hands it out again.
+  KUBECONFIG="$KCFG" wait_for 60 sh -c 'kubectl get nodes -o name | grep -q .' || true
+  mn_start_nodes "$NODES" "$BIN" "$PORT"
+fi
+# `kubectl wait --all` fails at once while no node is registered yet, so first wait for all to exist.
 if ! wait_for 30 test -f "$KCFG" ||
-  ! KUBECONFIG="$KCFG" wait_for 60 sh -c 'kubectl get nodes -o name | grep -q .' ||
+  ! KUBECONFIG="$KCFG" wait_for 60 sh -c "test \$(kubectl get nodes -o name | wc -l) -ge $NODES" ||
   ! KUBECONFIG="$KCFG" kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null; then
   log "the node did not become Ready; last log lines:"
   tail -n 30 "$DATA_DIR/server.log" >&2
+  if ((NODES > 1)); then
+    KUBECONFIG="$KCFG" kubectl get nodes >&2 || true
+    tail -n 15 "$DATA_DIR"/nodes/*/node.log >&2 || true
+  fi
   exit 1
 fi
 

@@ -81,7 +81,8 @@ pub fn write_conflist(
     std::fs::rename(&tmp, &path).map_err(w)
 }
 
-fn ip(args: &[&str]) -> Result<String, NetError> {
+/// Runs `ip` with `args`; its stdout, or its stderr as the error.
+pub fn ip(args: &[&str]) -> Result<String, NetError> {
     let out = Command::new("ip")
         .args(args)
         .output()

@@ -67,11 +67,15 @@ pub async fn run(
         capacity: capacity.clone(),
     });
     let node = agent.register().await.map_err(KubeletError::Register)?;
-    let pod_cidr = node
+    let pod_cidr = match node
         .spec
         .as_ref()
         .and_then(|s| s.pod_cidr.clone())
-        .or(config.pod_cidr.clone());
+        .or(config.pod_cidr.clone())
+    {
+        Some(cidr) => Some(cidr),
+        None => wait_for_pod_cidr(&client, &config.node_name).await,
+    };
     if let Some(cidr) = &pod_cidr {
         cni::ensure_bridge(&config.bridge, cidr, &cluster_ranges)?;
         cni::write_conflist(
@@ -112,4 +116,24 @@ pub async fn run(
     }
     tokio::join!(agent.run(node), pod::manager::run(shared, wakes));
     Ok(())
+}
+
+/// A node registered without `--pod-cidr` gets its range from node IPAM right after: wait for
+/// it (through a watch, bounded) before writing the pod network config.
+async fn wait_for_pod_cidr(client: &kube::Client, node: &str) -> Option<String> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let has_cidr = |n: Option<&k8s_openapi::api::core::v1::Node>| {
+        n.and_then(|n| n.spec.as_ref())
+            .is_some_and(|s| s.pod_cidr.is_some())
+    };
+    let wait = kube::runtime::wait::await_condition(api, node, has_cidr);
+    match tokio::time::timeout(std::time::Duration::from_secs(60), wait).await {
+        Ok(Ok(Some(n))) => n.spec.and_then(|s| s.pod_cidr),
+        Ok(Ok(None)) => None,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "waiting for the node's pod CIDR");
+            None
+        }
+        Err(_) => None,
+    }
 }

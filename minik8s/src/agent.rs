@@ -26,9 +26,10 @@ pub struct AgentArgs {
     /// The range every pod address comes from.
     #[arg(long, default_value = "10.244.0.0/16")]
     pub cluster_cidr: String,
-    /// This node's pod range, until a controller assigns one.
-    #[arg(long, default_value = "10.244.0.0/24")]
-    pub pod_cidr: String,
+    /// This node's pod range [`server` default: 10.244.0.0/24; `node` default: the one node
+    /// IPAM assigns].
+    #[arg(long)]
+    pub pod_cidr: Option<String>,
     /// Cluster DNS servers given to pods with dnsPolicy ClusterFirst.
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<IpAddr>,
@@ -133,19 +134,8 @@ pub async fn start(
         }
     }
     let cert = pki.client("kubelet", &format!("system:node:{name}"), &["system:nodes"])?;
-    let kubeconfig = minik8s_apiserver::server::admin_kubeconfig(
-        api_url,
-        &pki.ca.cert_pem,
-        &cert.cert_pem,
-        &cert.key_pem,
-    );
     let path = data_dir.join("kubelet.kubeconfig");
-    std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
-    let client = {
-        let kc = kube::config::Kubeconfig::read_from(&path)?;
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-        kube::Client::try_from(config)?
-    };
+    let client = kubeconfig_client(pki, &cert, api_url, &path).await?;
     let ip = node_ip(args);
     // The kubelet's serving certificate, for the names the API server and clients use.
     let hostname = minik8s_apiserver::server::hostname().to_lowercase();
@@ -171,7 +161,7 @@ pub async fn start(
         client_ca_pem: pki.ca.cert_pem.clone(),
     });
     config.cni_conf_dir = cni_dir;
-    config.pod_cidr = Some(args.pod_cidr.clone());
+    config.pod_cidr = args.pod_cidr.clone();
     config.cluster_dns = args.cluster_dns.clone();
     config.bridge = args.bridge.clone();
     config.cgroup_root = args.cgroup_root.clone();
@@ -182,6 +172,27 @@ pub async fn start(
         }
     });
     Ok(Agent { containerd })
+}
+
+/// Writes a kubeconfig for `cert` at `path` and returns a client built from it.
+pub async fn kubeconfig_client(
+    pki: &minik8s_apiserver::pki::Pki,
+    cert: &minik8s_apiserver::pki::CertPair,
+    api_url: &str,
+    path: &Path,
+) -> anyhow::Result<kube::Client> {
+    let kubeconfig = minik8s_apiserver::server::admin_kubeconfig(
+        api_url,
+        &pki.ca.cert_pem,
+        &cert.cert_pem,
+        &cert.key_pem,
+    );
+    std::fs::write(path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+    crate::control::ClientArgs {
+        kubeconfig: Some(path.to_path_buf()),
+    }
+    .client()
+    .await
 }
 
 /// Stops every pod of the node and containerd, and removes what they left: containers, the

@@ -5,6 +5,8 @@
 mod agent;
 mod control;
 mod net;
+mod node;
+mod routes;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -54,6 +56,8 @@ enum Command {
     Dns(net::DnsArgs),
     /// Serve Ingresses of the `minik8s` class as an HTTP reverse proxy.
     Ingress(net::IngressArgs),
+    /// Run one worker node (containerd, kubelet, proxier, route agent) against a cluster.
+    Node(node::NodeArgs),
     /// Register fake nodes that run their pods without containers (like kubemark or kwok).
     HollowNodes(control::HollowArgs),
     /// Stop every pod this machine runs and remove what the node left behind.
@@ -154,6 +158,8 @@ struct ServerArgs {
     watch_bookmark_interval: Duration,
     #[command(flatten)]
     agent: agent::AgentArgs,
+    #[command(flatten)]
+    routes: routes::RouteArgs,
     /// `server` only: do not run the controller-manager in this process.
     #[arg(long)]
     disable_controller_manager: bool,
@@ -255,9 +261,13 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     ));
     let node = if with_agent && !args.agent.disable_agent {
         let url = format!("https://127.0.0.1:{}", prepared.config.secure_port);
+        let mut agent_args = args.agent.clone();
+        agent_args
+            .pod_cidr
+            .get_or_insert_with(|| "10.244.0.0/24".into());
         Some(
             agent::start(
-                &args.agent,
+                &agent_args,
                 &prepared.config.data_dir,
                 &prepared.pki,
                 &url,
@@ -293,6 +303,27 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
                 Default::default(),
                 stopped(net_stopped.clone()),
             ));
+        }
+        if !args.routes.disable_route_agent {
+            let name = agent::node_name(&args.agent);
+            let client = control::local_client(
+                minik8s_apiserver::router(prepared.server.clone()),
+                minik8s_apiserver::auth::UserInfo {
+                    name: format!("system:node:{name}"),
+                    uid: String::new(),
+                    groups: vec!["system:nodes".into(), "system:authenticated".into()],
+                },
+            );
+            let table = routes::RouteTable {
+                protocol: args.routes.route_protocol,
+                netns: None,
+            };
+            net_tasks.push(tokio::spawn(routes::run(
+                client,
+                name,
+                table,
+                stopped(net_stopped.clone()),
+            )));
         }
         if !args.disable_dns {
             let config = net::dns_config(
@@ -449,6 +480,7 @@ fn main() -> anyhow::Result<()> {
                 args,
             } => control::run_scheduler(client, leader_elect, args).await,
             Command::HollowNodes(args) => control::run_hollow(args).await,
+            Command::Node(args) => node::run(args).await,
             Command::Proxy(args) => net::run_proxy(args).await,
             Command::Dns(args) => net::run_dns(args).await,
             Command::Ingress(args) => net::run_ingress(args).await,

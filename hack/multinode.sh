@@ -1,0 +1,136 @@
+# Multi-node local clusters, sourced by hack/up.sh (--nodes N) and hack/down.sh.
+# Node 1 is the `minik8s server` on the host. Every other node K (1..N-1) is `minik8s node` in a
+# network namespace mk8s-nodeK joined by a veth to the bridge mk8s0, which has no uplink: the
+# namespaces have no default route, only the bridge subnet and the pod routes the route agents
+# add, so no cluster traffic can leave the machine.
+# The workers join the namespace with `nsenter --net`, not `ip netns exec`: the latter remounts
+# /sys, which hides /sys/fs/cgroup from runc and the kubelet.
+
+MN_BRIDGE=mk8s0
+MN_NET=172.30.0                 # the bridge's /24; the host is .1, worker K is .K+1
+MN_HOST_BRIDGE=mk8s-cni0        # the host node's pod bridge (the single-node cluster uses cni0)
+MN_HOST_CGROUP=/mk8s-host
+MN_ROUTE_PROTOCOL="${MINIK8S_ROUTE_PROTOCOL:-212}"
+MN_KUBELET_PORT="${MINIK8S_KUBELET_PORT:-10260}" # the host node's; workers keep 10250
+
+mn_ns() { echo "mk8s-node$1"; }
+mn_dir() { echo "$DATA_DIR/nodes/$1"; }
+mn_ip() { echo "$MN_NET.$(($1 + 1))"; }
+
+# The server's flags for the host node of a multi-node cluster. Cluster DNS stays off: it
+# would take port 53 on every address of the host.
+mn_server_args() {
+  echo --advertise-address "$MN_NET.1" --node-ip "$MN_NET.1" --bridge "$MN_HOST_BRIDGE" \
+    --cgroup-root "$MN_HOST_CGROUP" --route-protocol "$MN_ROUTE_PROTOCOL" \
+    --kubelet-port "$MN_KUBELET_PORT" --disable-dns
+}
+
+# The host node shares the pod range 10.244.0.0/16, its routes and the KUBE-* iptables chains
+# with any other minik8s cluster on this machine: refuse to start beside one.
+mn_check_alone() {
+  if pgrep -f "minik8s server" >/dev/null 2>&1; then
+    log "another minik8s server runs on this machine; a multi-node cluster would share its pod range, routes and iptables chains: stop it first"
+    exit 1
+  fi
+}
+
+# The bridge and one namespace per worker; the API server's certificate covers $MN_NET.1
+# because the bridge has that address before the server starts.
+mn_setup_network() {
+  local nodes="$1" k ns
+  printf 'MN_NODES=%s\n' "$nodes" >"$DATA_DIR/multinode.env"
+  if ! ip link show "$MN_BRIDGE" >/dev/null 2>&1; then
+    ip link add "$MN_BRIDGE" type bridge
+  fi
+  ip addr replace "$MN_NET.1/24" dev "$MN_BRIDGE"
+  ip link set "$MN_BRIDGE" up
+  for ((k = 1; k < nodes; k++)); do
+    ns="$(mn_ns "$k")"
+    if ! ip netns list | grep -qx "$ns\( .*\)\?"; then
+      ip netns add "$ns"
+    fi
+    if ! ip link show "mk8s-v$k" >/dev/null 2>&1; then
+      ip link add "mk8s-v$k" type veth peer name eth0 netns "$ns"
+    fi
+    ip link set "mk8s-v$k" master "$MN_BRIDGE" up
+    ip -n "$ns" addr replace "$(mn_ip "$k")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+  done
+}
+
+# Starts `minik8s node` in every worker namespace, each with its own data dir (its images
+# hard-linked from the server's), containerd, cgroup root and name mk8s-nodeK.
+mn_start_nodes() {
+  local nodes="$1" bin="$2" port="$3" k ns dir
+  for ((k = 1; k < nodes; k++)); do
+    ns="$(mn_ns "$k")"
+    dir="$(mn_dir "$k")"
+    mkdir -p "$dir/images"
+    for tar in "$DATA_DIR"/images/*.tar; do
+      ln -f "$tar" "$dir/images/" 2>/dev/null || cp -f "$tar" "$dir/images/"
+    done
+    if [[ -f "$dir/node.pid" ]] && kill -0 "$(cat "$dir/node.pid")" 2>/dev/null; then
+      continue
+    fi
+    log "starting node $ns ($(mn_ip "$k"), logs in $dir/node.log)"
+    nohup nsenter --net="/run/netns/$ns" "$bin" node --data-dir "$dir" \
+      --server "https://$MN_NET.1:$port" --pki-dir "$DATA_DIR/pki" \
+      --node-name "$ns" --node-ip "$(mn_ip "$k")" --cgroup-root "/$ns" \
+      --route-protocol "$MN_ROUTE_PROTOCOL" >>"$dir/node.log" 2>&1 &
+    echo $! >"$dir/node.pid"
+  done
+}
+
+# Undoes mn_setup_network and mn_start_nodes: processes, pods, mounts, cgroups, namespaces,
+# the bridge and the host's routes of our route protocol.
+mn_down() {
+  local bin="$1" nodes k ns dir pid
+  # shellcheck disable=SC1091
+  source "$DATA_DIR/multinode.env"
+  nodes="$MN_NODES"
+  for ((k = 1; k < nodes; k++)); do
+    ns="$(mn_ns "$k")"
+    dir="$(mn_dir "$k")"
+    stop_pidfile "$dir/node.pid"
+    if [[ -e "/run/netns/$ns" ]]; then
+      if [[ -x "$bin" && -d "$dir/containerd" ]]; then
+        nsenter --net="/run/netns/$ns" "$bin" teardown --data-dir "$dir" --bridge cni0 \
+          --cgroup-root "/$ns" >>"$dir/node.log" 2>&1 || log "teardown of $ns reported errors (see $dir/node.log)"
+      fi
+      # Whatever still runs in the namespace was started for this node.
+      for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+      ip netns del "$ns" 2>/dev/null || true
+    fi
+    # Mounts left under the node's data dir, deepest first.
+    awk -v d="$dir/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+      while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    ip link del "mk8s-v$k" 2>/dev/null || true
+  done
+  ip route flush proto "$MN_ROUTE_PROTOCOL" 2>/dev/null || true
+  ip link del "$MN_BRIDGE" 2>/dev/null || true
+  rm -f "$DATA_DIR/multinode.env"
+  log "removed $((nodes - 1)) worker node(s), $MN_BRIDGE and their routes"
+}
+
+# The host proxier's KUBE-* chains. Any other cluster's proxier on this machine uses the same
+# names, so they are removed only while no other `minik8s server` runs. Run after the server
+# stopped.
+mn_cleanup_host_iptables() {
+  local bin="$1"
+  if pgrep -f "minik8s server" >/dev/null 2>&1; then
+    log "another minik8s server runs here: the host's KUBE-* iptables chains stay"
+  elif [[ -x "$bin" ]]; then
+    "$bin" proxy --cleanup >/dev/null 2>&1 || log "removing the host's KUBE-* iptables chains failed"
+  fi
+}
+
+# The pod cgroups of the host node and the workers in every hierarchy, cgroup v2's `unified`
+# one of a hybrid machine included (runc creates them there too). Run after the teardowns.
+mn_remove_cgroups() {
+  local dir
+  for dir in /sys/fs/cgroup/*"$MN_HOST_CGROUP" /sys/fs/cgroup/*/mk8s-node[0-9]*; do
+    [[ -d "$dir" ]] && find "$dir" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+}
