@@ -26,12 +26,18 @@ pub struct AgentArgs {
     /// The range every pod address comes from.
     #[arg(long, default_value = "10.244.0.0/16")]
     pub cluster_cidr: String,
-    /// This node's pod range, until a controller assigns one.
-    #[arg(long, default_value = "10.244.0.0/24")]
-    pub pod_cidr: String,
-    /// Cluster DNS servers given to pods with dnsPolicy ClusterFirst.
-    #[arg(long, value_delimiter = ',')]
+    /// This node's pod range when no node IPAM controller assigns one (`server` runs one unless
+    /// the controller-manager or its `node-ipam-controller` is disabled; then the default is
+    /// 10.244.0.0/24).
+    #[arg(long)]
+    pub pod_cidr: Option<String>,
+    /// Cluster DNS servers given to pods with dnsPolicy ClusterFirst; `server` serves the
+    /// first as the `kube-dns` Service.
+    #[arg(long, value_delimiter = ',', default_value = "10.96.0.10")]
     pub cluster_dns: Vec<IpAddr>,
+    /// The cluster's DNS domain: pods search it, cluster DNS answers for it.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
     /// Use this CRI socket instead of starting a private containerd.
     #[arg(long)]
     pub container_runtime_endpoint: Option<PathBuf>,
@@ -63,7 +69,7 @@ impl Agent {
     }
 }
 
-fn node_ip(args: &AgentArgs) -> IpAddr {
+pub fn node_ip(args: &AgentArgs) -> IpAddr {
     args.node_ip
         .or_else(|| {
             minik8s_apiserver::server::local_addresses()
@@ -71,6 +77,22 @@ fn node_ip(args: &AgentArgs) -> IpAddr {
                 .find(|ip| !ip.is_loopback())
         })
         .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+/// The kubelet's own pod range: upstream's kubelet uses `--pod-cidr` only when nothing assigns
+/// ranges, so it is ignored while the node IPAM controller runs in this process.
+pub fn standalone_pod_cidr(args: &AgentArgs, node_ipam_here: bool) -> Option<String> {
+    if node_ipam_here {
+        if let Some(cidr) = &args.pod_cidr {
+            tracing::warn!(%cidr, "--pod-cidr is ignored: the node IPAM controller assigns the node's range");
+        }
+        return None;
+    }
+    Some(
+        args.pod_cidr
+            .clone()
+            .unwrap_or_else(|| "10.244.0.0/24".into()),
+    )
 }
 
 pub fn node_name(args: &AgentArgs) -> String {
@@ -171,8 +193,9 @@ pub async fn start(
         client_ca_pem: pki.ca.cert_pem.clone(),
     });
     config.cni_conf_dir = cni_dir;
-    config.pod_cidr = Some(args.pod_cidr.clone());
+    config.pod_cidr = args.pod_cidr.clone();
     config.cluster_dns = args.cluster_dns.clone();
+    config.cluster_domain = args.cluster_domain.clone();
     config.bridge = args.bridge.clone();
     config.cgroup_root = args.cgroup_root.clone();
     let ranges = vec![args.cluster_cidr.clone(), service_range.to_string()];

@@ -88,6 +88,7 @@ fn start(bin: &Path) -> anyhow::Result<NodeProcess> {
             &port.to_string(),
             "--bind-address",
             "127.0.0.1",
+            "--disable-ingress",
         ])
         .args([
             "--node-name",
