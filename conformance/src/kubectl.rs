@@ -110,6 +110,8 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "cp" => cp,
     "port-forward" => port_forward,
     "errors" => errors,
+    "cluster-dns" => cluster_dns,
+    "ingress" => ingress,
 };
 
 /// Runs the selected cases with one binary, in a namespace of its own.
@@ -3173,5 +3175,252 @@ async fn errors(c: &Ctx) -> anyhow::Result<()> {
         .await?;
     ensure!(!r.ok(), "an unknown field passed strict validation");
     contains(&r.stderr, "unknown field \"bogus\"")?;
+    Ok(())
+}
+
+/// The cluster IP of a Service.
+async fn cluster_ip(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<String> {
+    let svc: k8s_openapi::api::core::v1::Service = Api::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .with_context(|| format!("getting Service {ns}/{name}"))?;
+    svc.spec
+        .and_then(|s| s.cluster_ip)
+        .with_context(|| format!("Service {ns}/{name} has no cluster IP"))
+}
+
+/// Cluster DNS from inside a pod: its resolv.conf is the kubelet's ClusterFirst one and
+/// busybox's `nslookup` resolves the API server's Service (full and short names) and a
+/// Service created by the case through the `kube-dns` Service.
+async fn cluster_dns(c: &Ctx) -> anyhow::Result<()> {
+    c.workload().await?;
+    let dns_ip = cluster_ip(&c.client, "kube-system", "kube-dns").await?;
+    let conf = c
+        .ok(&[
+            "exec",
+            WORKLOAD,
+            "-c",
+            "main",
+            "--",
+            "cat",
+            "/etc/resolv.conf",
+        ])
+        .await?;
+    contains(&conf, &format!("nameserver {dns_ip}"))?;
+    contains(
+        &conf,
+        &format!(
+            "search {}.svc.cluster.local svc.cluster.local cluster.local",
+            c.ns
+        ),
+    )?;
+    contains(&conf, "options ndots:5")?;
+
+    let dns_ip = dns_ip.as_str();
+    // busybox's nslookup asks for a name with dots as it is; its libc resolver (here through
+    // ping, whose first line names the address) walks the search list as every program does.
+    let nslookup = |name: String, want: String| async move {
+        eventually(
+            Duration::from_secs(30),
+            &format!("nslookup {name}"),
+            || async {
+                let out = c
+                    .ok(&["exec", WORKLOAD, "-c", "main", "--", "nslookup", &name])
+                    .await?;
+                ensure!(
+                    out.lines()
+                        .any(|l| l.starts_with("Server:") && l.contains(dns_ip)),
+                    "not answered by {dns_ip}: {out:?}"
+                );
+                contains(&out, &format!("Address: {want}"))?;
+                Ok(())
+            },
+        )
+        .await
+    };
+    let resolve = |name: String, want: String| async move {
+        eventually(
+            Duration::from_secs(30),
+            &format!("resolving {name}"),
+            || async {
+                let script = format!("ping -c1 -W1 {name} | head -n1");
+                let r = c
+                    .run(&["exec", WORKLOAD, "-c", "main", "--", "sh", "-c", &script])
+                    .await?;
+                contains(&r.stdout, &format!("PING {name} ({want})"))
+            },
+        )
+        .await
+    };
+    let api_ip = cluster_ip(&c.client, "default", "kubernetes").await?;
+    nslookup(
+        "kubernetes.default.svc.cluster.local".into(),
+        api_ip.clone(),
+    )
+    .await?;
+    resolve("kubernetes.default".into(), api_ip).await?;
+
+    c.ensure::<k8s_openapi::api::core::v1::Service>(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "dns-probe"},
+        "spec": {"selector": {"app": "workload"}, "ports": [{"port": 80, "targetPort": 8080}]}
+    }))
+    .await?;
+    let probe_ip = cluster_ip(&c.client, &c.ns, "dns-probe").await?;
+    nslookup(
+        format!("dns-probe.{}.svc.cluster.local", c.ns),
+        probe_ip.clone(),
+    )
+    .await?;
+    resolve("dns-probe".into(), probe_ip).await?;
+    Ok(())
+}
+
+/// Where the cluster serves Ingresses on this machine: port 80 unless the server was started
+/// with another `MINIK8S_INGRESS_BIND_ADDRESS`.
+fn ingress_address() -> std::net::SocketAddr {
+    let port = std::env::var("MINIK8S_INGRESS_BIND_ADDRESS")
+        .ok()
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        .map_or(80, |a| a.port());
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// One HTTP/1.1 GET through the Ingress proxy: status code and body.
+async fn ingress_get(host: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::AsyncReadExt;
+    let addr = ingress_address();
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to the Ingress proxy at {addr}"))?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await??;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("not an HTTP response: {text:?}"))?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((code, body.trim().to_string()))
+}
+
+/// Waits until `host` + `path` answers `code` with `body` through the Ingress proxy.
+async fn ingress_answers(host: &str, path: &str, code: u16, body: &str) -> anyhow::Result<()> {
+    eventually(
+        Duration::from_secs(60),
+        &format!("GET http://{host}{path} through the Ingress"),
+        || async {
+            let got = ingress_get(host, path).await?;
+            ensure!(
+                got == (code, body.to_string()),
+                "got {got:?}, want ({code}, {body:?})"
+            );
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// An Ingress of the default class with two hosts, an Exact and a Prefix path, to two
+/// Services backed by busybox httpd pods: requests are routed by Host and path through the
+/// node's Ingress port, the status carries the node's address, and an edit of the rules
+/// applies without a restart.
+async fn ingress(c: &Ctx) -> anyhow::Result<()> {
+    for (name, index, exact) in [
+        ("ing-a", "from-a", "exact-from-a"),
+        ("ing-b", "from-b", "exact-from-b"),
+    ] {
+        c.ensure::<Pod>(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "web", "image": "busybox:1.36", "command": ["sh", "-c",
+                    format!("mkdir -p /www && echo {index} > /www/index.html && echo {exact} > /www/exact && exec httpd -f -p 8080 -h /www")],
+                    "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]
+            }
+        }))
+        .await?;
+        c.ensure::<k8s_openapi::api::core::v1::Service>(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}
+        }))
+        .await?;
+    }
+    let (a, b) = (format!("a.{}.example", c.ns), format!("b.{}.example", c.ns));
+    let backend = |svc: &str| json!({"service": {"name": svc, "port": {"number": 80}}});
+    let manifest = |a_backend: &str| {
+        yaml(&json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web"},
+            "spec": {"rules": [
+                {"host": a, "http": {"paths": [
+                    {"path": "/", "pathType": "Prefix", "backend": backend(a_backend)}]}},
+                {"host": b, "http": {"paths": [
+                    {"path": "/exact", "pathType": "Exact", "backend": backend("ing-b")},
+                    {"path": "/", "pathType": "Prefix", "backend": backend("ing-a")}]}}
+            ]}
+        }))
+    };
+    let file = c.write("ingress/web.yaml", &manifest("ing-a"))?;
+    c.ok(&["apply", "-f", &file]).await?;
+
+    ingress_answers(&a, "/", 200, "from-a").await?;
+    ingress_answers(&a, "/exact", 200, "exact-from-a").await?;
+    ingress_answers(&b, "/exact", 200, "exact-from-b").await?;
+    ingress_answers(&b, "/", 200, "from-a").await?;
+    // Exact means exact: `/exact/` is only matched by the Prefix `/` rule (to ing-a, where
+    // httpd has no such directory).
+    ensure!(
+        ingress_get(&b, "/exact/").await?.0 == 404,
+        "/exact/ reached the Exact rule"
+    );
+    let (code, body) = ingress_get(&format!("c.{}.example", c.ns), "/").await?;
+    ensure!(
+        code == 404 && body == "default backend - 404",
+        "an unknown host: {code} {body:?}"
+    );
+
+    // The status carries the node's InternalIP.
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    let node_ips: Vec<String> = nodes
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .flat_map(|n| n.status.and_then(|s| s.addresses).unwrap_or_default())
+        .filter(|a| a.type_ == "InternalIP")
+        .map(|a| a.address)
+        .collect();
+    let lb = c
+        .eventually_ok(
+            &[
+                "get",
+                "ingress",
+                "web",
+                "-o",
+                "jsonpath={.status.loadBalancer.ingress[*].ip}",
+            ],
+            Duration::from_secs(30),
+        )
+        .await?;
+    ensure!(
+        !lb.is_empty()
+            && node_ips
+                .iter()
+                .any(|ip| lb.split_whitespace().any(|l| l == ip)),
+        "status.loadBalancer {lb:?}, node addresses {node_ips:?}"
+    );
+
+    // A changed rule applies without a restart.
+    let file = c.write("ingress/web.yaml", &manifest("ing-b"))?;
+    c.ok(&["apply", "-f", &file]).await?;
+    ingress_answers(&a, "/", 200, "from-b").await?;
+    c.ok(&["delete", "ingress", "web"]).await?;
+    ingress_answers(&a, "/", 404, "default backend - 404").await?;
     Ok(())
 }

@@ -14,6 +14,8 @@ pub struct ControllerManagerOptions {
     /// `*` for all, `name` to enable one, `-name` to disable one (upstream's `--controllers`).
     pub controllers: Vec<String>,
     pub leader_elect: bool,
+    /// `--cluster-cidr` and `--node-cidr-mask-size` of the node IPAM controller.
+    pub node_ipam: crate::nodeipam::NodeIpamConfig,
 }
 
 impl Default for ControllerManagerOptions {
@@ -21,6 +23,7 @@ impl Default for ControllerManagerOptions {
         ControllerManagerOptions {
             controllers: vec!["*".into()],
             leader_elect: true,
+            node_ipam: Default::default(),
         }
     }
 }
@@ -75,14 +78,16 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         ("pod-garbage-collector", |c| {
             Box::pin(crate::podgc::run(c, Default::default()))
         }),
-        ("node-ipam-controller", |c| {
-            Box::pin(async move {
-                if let Err(e) = crate::nodeipam::run(c, Default::default()).await {
-                    tracing::error!(error = %e, "node-ipam-controller cannot start");
-                }
-            })
-        }),
     ]
+}
+
+/// Started apart from `controllers()` because it takes flags.
+const NODE_IPAM: &str = "node-ipam-controller";
+
+async fn node_ipam(client: Client, config: crate::nodeipam::NodeIpamConfig) {
+    if let Err(e) = crate::nodeipam::run(client, config).await {
+        tracing::error!(error = %e, "node-ipam-controller cannot start");
+    }
 }
 
 /// Runs the enabled controllers until they are dropped.
@@ -93,6 +98,10 @@ pub async fn run_controllers(client: Client, options: &ControllerManagerOptions)
             tracing::info!(controller = name, "starting controller");
             set.spawn(start(client.clone()));
         }
+    }
+    if options.enabled(NODE_IPAM) {
+        tracing::info!(controller = NODE_IPAM, "starting controller");
+        set.spawn(node_ipam(client.clone(), options.node_ipam.clone()));
     }
     while let Some(done) = set.join_next().await {
         if let Err(e) = done {
@@ -134,6 +143,7 @@ mod tests {
         let o = |c: &[&str]| ControllerManagerOptions {
             controllers: c.iter().map(|s| s.to_string()).collect(),
             leader_elect: false,
+            ..Default::default()
         };
         assert!(o(&["*"]).enabled("replicaset"));
         assert!(!o(&["*", "-replicaset"]).enabled("replicaset"));

@@ -67,27 +67,12 @@ pub async fn run(
         capacity: capacity.clone(),
     });
     let node = agent.register().await.map_err(KubeletError::Register)?;
-    let pod_cidr = match node
-        .spec
-        .as_ref()
-        .and_then(|s| s.pod_cidr.clone())
-        .or(config.pod_cidr.clone())
-    {
-        Some(cidr) => Some(cidr),
-        None => wait_for_pod_cidr(&client, &config.node_name).await,
-    };
-    if let Some(cidr) = &pod_cidr {
-        cni::ensure_bridge(&config.bridge, cidr, &cluster_ranges)?;
-        cni::write_conflist(
-            &config.cni_conf_dir,
-            &config.bridge,
-            cidr,
-            &config.root_dir.join("cni-ipam"),
-        )?;
-        runtime.update_pod_cidr(cidr).await?;
-    } else {
-        tracing::warn!("no pod CIDR yet: pods other than hostNetwork ones will wait for one");
-    }
+    let network = pod_network(
+        config.clone(),
+        client.clone(),
+        runtime.clone(),
+        cluster_ranges,
+    );
     let reporter = Reporter {
         controller: "kubelet".into(),
         instance: Some(config.node_name.clone()),
@@ -114,26 +99,74 @@ pub async fn run(
         let app = server::router(server::KubeletServer::new(shared.clone()));
         tokio::spawn(server::serve(listener, tls, app));
     }
-    tokio::join!(agent.run(node), pod::manager::run(shared, wakes));
+    tokio::join!(agent.run(node), pod::manager::run(shared, wakes), network);
     Ok(())
 }
 
-/// A node registered without `--pod-cidr` gets its range from node IPAM right after: wait for
-/// it (through a watch, bounded) before writing the pod network config.
-async fn wait_for_pod_cidr(client: &kube::Client, node: &str) -> Option<String> {
-    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
-    let has_cidr = |n: Option<&k8s_openapi::api::core::v1::Node>| {
-        n.and_then(|n| n.spec.as_ref())
-            .is_some_and(|s| s.pod_cidr.is_some())
+/// Sets up the pod network once the node has a pod range: the one the node IPAM controller
+/// writes into `spec.podCIDR` (watched, not polled), or `--pod-cidr` while the Node has none
+/// (for clusters that run no node IPAM). Until then the runtime reports its network as not
+/// ready, so the node stays NotReady and gets no pods, as upstream.
+async fn pod_network(
+    config: KubeletConfig,
+    client: kube::Client,
+    runtime: Arc<dyn Runtime>,
+    cluster_ranges: Vec<String>,
+) {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let apply = |cidr: &str| -> Result<(), cni::NetError> {
+        cni::ensure_bridge(&config.bridge, cidr, &cluster_ranges)?;
+        cni::write_conflist(
+            &config.cni_conf_dir,
+            &config.bridge,
+            cidr,
+            &config.root_dir.join("cni-ipam"),
+        )
     };
-    let wait = kube::runtime::wait::await_condition(api, node, has_cidr);
-    match tokio::time::timeout(std::time::Duration::from_secs(60), wait).await {
-        Ok(Ok(Some(n))) => n.spec.and_then(|s| s.pod_cidr),
-        Ok(Ok(None)) => None,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "waiting for the node's pod CIDR");
-            None
+    let mut applied: Option<String> = None;
+    let mut waiting_logged = false;
+    let nodes = watcher(
+        kube::Api::<Node>::all(client),
+        watcher::Config::default().fields(&format!("metadata.name={}", config.node_name)),
+    )
+    .default_backoff()
+    .applied_objects();
+    let mut nodes = std::pin::pin!(nodes);
+    while let Some(event) = nodes.next().await {
+        let node = match event {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching this node failed");
+                continue;
+            }
+        };
+        let wanted = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.pod_cidr.clone())
+            .or_else(|| config.pod_cidr.clone());
+        let Some(cidr) = wanted else {
+            if !waiting_logged {
+                tracing::info!("waiting for the node IPAM controller to assign a pod CIDR");
+                waiting_logged = true;
+            }
+            continue;
+        };
+        if applied.as_deref() == Some(cidr.as_str()) {
+            continue;
         }
-        Err(_) => None,
+        if let Err(e) = apply(&cidr) {
+            tracing::error!(%cidr, error = %e, "setting up the pod network failed");
+            continue;
+        }
+        if let Err(e) = runtime.update_pod_cidr(&cidr).await {
+            tracing::error!(%cidr, error = %e, "handing the pod CIDR to the runtime failed");
+            continue;
+        }
+        tracing::info!(%cidr, "pod network ready");
+        applied = Some(cidr);
     }
 }

@@ -261,11 +261,8 @@ impl NodeAgent {
                 labels: Some(self.labels()),
                 ..Default::default()
             },
-            spec: Some(NodeSpec {
-                pod_cidr: self.config.pod_cidr.clone(),
-                pod_cidrs: self.config.pod_cidr.clone().map(|c| vec![c]),
-                ..Default::default()
-            }),
+            // spec.podCIDR is the node IPAM controller's to write, as upstream.
+            spec: Some(NodeSpec::default()),
             status: Some(self.observe().await),
         };
         match api.create(&PostParams::default(), &node).await {

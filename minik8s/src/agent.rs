@@ -26,13 +26,18 @@ pub struct AgentArgs {
     /// The range every pod address comes from.
     #[arg(long, default_value = "10.244.0.0/16")]
     pub cluster_cidr: String,
-    /// This node's pod range [`server` default: 10.244.0.0/24; `node` default: the one node
-    /// IPAM assigns].
+    /// This node's pod range when no node IPAM controller assigns one (`server` runs one unless
+    /// the controller-manager or its `node-ipam-controller` is disabled; then the default is
+    /// 10.244.0.0/24).
     #[arg(long)]
     pub pod_cidr: Option<String>,
-    /// Cluster DNS servers given to pods with dnsPolicy ClusterFirst.
-    #[arg(long, value_delimiter = ',')]
+    /// Cluster DNS servers given to pods with dnsPolicy ClusterFirst; `server` serves the
+    /// first as the `kube-dns` Service.
+    #[arg(long, value_delimiter = ',', default_value = "10.96.0.10")]
     pub cluster_dns: Vec<IpAddr>,
+    /// The cluster's DNS domain: pods search it, cluster DNS answers for it.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
     /// Use this CRI socket instead of starting a private containerd.
     #[arg(long)]
     pub container_runtime_endpoint: Option<PathBuf>,
@@ -64,7 +69,7 @@ impl Agent {
     }
 }
 
-fn node_ip(args: &AgentArgs) -> IpAddr {
+pub fn node_ip(args: &AgentArgs) -> IpAddr {
     args.node_ip
         .or_else(|| {
             minik8s_apiserver::server::local_addresses()
@@ -72,6 +77,22 @@ fn node_ip(args: &AgentArgs) -> IpAddr {
                 .find(|ip| !ip.is_loopback())
         })
         .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+/// The kubelet's own pod range: upstream's kubelet uses `--pod-cidr` only when nothing assigns
+/// ranges, so it is ignored while the node IPAM controller runs in this process.
+pub fn standalone_pod_cidr(args: &AgentArgs, node_ipam_here: bool) -> Option<String> {
+    if node_ipam_here {
+        if let Some(cidr) = &args.pod_cidr {
+            tracing::warn!(%cidr, "--pod-cidr is ignored: the node IPAM controller assigns the node's range");
+        }
+        return None;
+    }
+    Some(
+        args.pod_cidr
+            .clone()
+            .unwrap_or_else(|| "10.244.0.0/24".into()),
+    )
 }
 
 pub fn node_name(args: &AgentArgs) -> String {
@@ -134,8 +155,19 @@ pub async fn start(
         }
     }
     let cert = pki.client("kubelet", &format!("system:node:{name}"), &["system:nodes"])?;
+    let kubeconfig = minik8s_apiserver::server::admin_kubeconfig(
+        api_url,
+        &pki.ca.cert_pem,
+        &cert.cert_pem,
+        &cert.key_pem,
+    );
     let path = data_dir.join("kubelet.kubeconfig");
-    let client = kubeconfig_client(pki, &cert, api_url, &path).await?;
+    std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+    let client = {
+        let kc = kube::config::Kubeconfig::read_from(&path)?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        kube::Client::try_from(config)?
+    };
     let ip = node_ip(args);
     // The kubelet's serving certificate, for the names the API server and clients use.
     let hostname = minik8s_apiserver::server::hostname().to_lowercase();
@@ -163,6 +195,7 @@ pub async fn start(
     config.cni_conf_dir = cni_dir;
     config.pod_cidr = args.pod_cidr.clone();
     config.cluster_dns = args.cluster_dns.clone();
+    config.cluster_domain = args.cluster_domain.clone();
     config.bridge = args.bridge.clone();
     config.cgroup_root = args.cgroup_root.clone();
     let ranges = vec![args.cluster_cidr.clone(), service_range.to_string()];
@@ -172,27 +205,6 @@ pub async fn start(
         }
     });
     Ok(Agent { containerd })
-}
-
-/// Writes a kubeconfig for `cert` at `path` and returns a client built from it.
-pub async fn kubeconfig_client(
-    pki: &minik8s_apiserver::pki::Pki,
-    cert: &minik8s_apiserver::pki::CertPair,
-    api_url: &str,
-    path: &Path,
-) -> anyhow::Result<kube::Client> {
-    let kubeconfig = minik8s_apiserver::server::admin_kubeconfig(
-        api_url,
-        &pki.ca.cert_pem,
-        &cert.cert_pem,
-        &cert.key_pem,
-    );
-    std::fs::write(path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
-    crate::control::ClientArgs {
-        kubeconfig: Some(path.to_path_buf()),
-    }
-    .client()
-    .await
 }
 
 /// Stops every pod of the node and containerd, and removes what they left: containers, the

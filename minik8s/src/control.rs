@@ -29,6 +29,7 @@ impl ControllerManagerArgs {
         ControllerManagerOptions {
             controllers: self.controllers.clone(),
             leader_elect: self.leader_elect,
+            ..Default::default()
         }
     }
 }

@@ -176,11 +176,20 @@ struct ServerArgs {
     /// `server` only: do not serve cluster DNS beside the node agent.
     #[arg(long)]
     disable_dns: bool,
-    /// `server` only: where cluster DNS answers (UDP and TCP).
-    #[arg(long, default_value = "0.0.0.0:53")]
+    /// `server` only: where cluster DNS answers (UDP and TCP); an unspecified address means
+    /// the node's address. The `kube-dns` Service's endpoints point here.
+    #[arg(long, env = "MINIK8S_DNS_BIND_ADDRESS", default_value = "0.0.0.0:53")]
     dns_bind_address: std::net::SocketAddr,
-    #[arg(long, default_value = "cluster.local")]
-    cluster_domain: String,
+    /// `server` only: do not serve Ingresses beside the node agent.
+    #[arg(long)]
+    disable_ingress: bool,
+    /// `server` only: where Ingresses of the `minik8s` class are served (HTTP).
+    #[arg(
+        long,
+        env = "MINIK8S_INGRESS_BIND_ADDRESS",
+        default_value = "0.0.0.0:80"
+    )]
+    ingress_bind_address: std::net::SocketAddr,
 }
 
 /// `300ms`, `10s`, `5m`, `1h`, or plain seconds.
@@ -261,10 +270,13 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     ));
     let node = if with_agent && !args.agent.disable_agent {
         let url = format!("https://127.0.0.1:{}", prepared.config.secure_port);
+        let node_ipam_here = !args.disable_controller_manager
+            && args
+                .controller_manager
+                .options()
+                .enabled("node-ipam-controller");
         let mut agent_args = args.agent.clone();
-        agent_args
-            .pod_cidr
-            .get_or_insert_with(|| "10.244.0.0/24".into());
+        agent_args.pod_cidr = agent::standalone_pod_cidr(&args.agent, node_ipam_here);
         Some(
             agent::start(
                 &agent_args,
@@ -326,17 +338,33 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
             )));
         }
         if !args.disable_dns {
+            let listen = net::dns_listen_address(&args.agent, args.dns_bind_address);
             let config = net::dns_config(
-                args.dns_bind_address,
-                &args.cluster_domain,
+                listen,
+                &args.agent.cluster_domain,
                 std::path::Path::new("/etc/resolv.conf"),
             );
+            if let Some(want) = net::kube_dns(&args.agent, listen) {
+                net_tasks.push(tokio::spawn(minik8s_proxy::dns::service::keep(
+                    client(),
+                    want,
+                    stopped(net_stopped.clone()),
+                )));
+            }
             let (client, stop) = (client(), stopped(net_stopped.clone()));
             net_tasks.push(tokio::spawn(async move {
                 if let Err(e) = minik8s_proxy::dns::run(client, config, stop).await {
                     tracing::warn!(error = %e, "cluster DNS is not running");
                 }
             }));
+        }
+        if !args.disable_ingress {
+            net_tasks.push(net::spawn_ingress(
+                client(),
+                args.ingress_bind_address,
+                agent::node_ip(&args.agent),
+                stopped(net_stopped.clone()),
+            ));
         }
     }
     let (stop_controllers, controllers_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -345,13 +373,12 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
             minik8s_apiserver::router(prepared.server.clone()),
             control::controller_manager_user(),
         );
-        tokio::spawn(minik8s_controllers::manager::run(
-            client,
-            args.controller_manager.options(),
-            async {
-                let _ = controllers_stopped.await;
-            },
-        ))
+        let mut options = args.controller_manager.options();
+        // The node agent's --cluster-cidr is the range the node IPAM controller splits.
+        options.node_ipam.cluster_cidr = args.agent.cluster_cidr.clone();
+        tokio::spawn(minik8s_controllers::manager::run(client, options, async {
+            let _ = controllers_stopped.await;
+        }))
     });
     let (stop_scheduler, scheduler_stopped) = tokio::sync::oneshot::channel::<()>();
     let scheduler = (with_agent && !args.disable_scheduler).then(|| {

@@ -161,6 +161,55 @@ pub async fn run_ingress(args: IngressArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the server's cluster DNS listens: an unspecified address means the node's address
+/// only, so that UDP answers leave from the address pods' queries were sent (and DNATed) to;
+/// a socket on 0.0.0.0 would answer from the bridge's address and the pods would drop it.
+pub fn dns_listen_address(agent: &crate::agent::AgentArgs, bind: SocketAddr) -> SocketAddr {
+    if bind.ip().is_unspecified() {
+        SocketAddr::new(crate::agent::node_ip(agent), bind.port())
+    } else {
+        bind
+    }
+}
+
+/// The `kube-dns` Service for the first `--cluster-dns` address, its endpoints at the address
+/// DNS listens on.
+pub fn kube_dns(
+    agent: &crate::agent::AgentArgs,
+    listen: SocketAddr,
+) -> Option<minik8s_proxy::dns::service::KubeDns> {
+    Some(minik8s_proxy::dns::service::KubeDns {
+        cluster_ip: *agent.cluster_dns.first()?,
+        endpoint: listen,
+    })
+}
+
+/// Starts the Ingress proxy in the background (the all-in-one server's node half), after
+/// making sure the `minik8s` IngressClass exists; the node's address goes into the
+/// Ingresses' status.
+pub fn spawn_ingress(
+    client: kube::Client,
+    bind: SocketAddr,
+    node_ip: IpAddr,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut backoff = Duration::from_millis(200);
+        while let Err(e) = minik8s_proxy::ingress::ensure_class(&client).await {
+            tracing::warn!(error = %e, "creating the minik8s IngressClass failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+        let config = minik8s_proxy::ingress::IngressConfig {
+            bind,
+            addresses: vec![node_ip],
+        };
+        if let Err(e) = minik8s_proxy::ingress::run(client, config, shutdown).await {
+            tracing::warn!(error = %e, "the Ingress proxy is not running");
+        }
+    })
+}
+
 /// The identity upstream gives kube-proxy.
 pub fn proxy_user() -> UserInfo {
     UserInfo {

@@ -25,9 +25,10 @@ fn start(data_dir: &Path, port: u16) -> Child {
             &port.to_string(),
             "--bind-address",
             "127.0.0.1",
-            // Tests never touch the host's iptables or port 53.
+            // Tests never touch the host's iptables or ports 53 and 80.
             "--disable-proxy",
             "--disable-dns",
+            "--disable-ingress",
         ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())

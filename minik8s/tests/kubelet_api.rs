@@ -82,6 +82,7 @@ impl Cluster {
             .args(["--kubelet-address", "127.0.0.1"])
             .args(["--bridge", &bridge])
             .args(["--pod-cidr", &cidr, "--cluster-cidr", &cidr])
+            .arg("--disable-ingress")
             .args(["--service-cluster-ip-range", &cidr])
             .env(
                 "RUST_LOG",

@@ -39,9 +39,10 @@ fn start_with(dir: &Path, port: u16, extra: &[&str]) -> Node_ {
             &port.to_string(),
             "--bind-address",
             "127.0.0.1",
-            // Tests never touch the host's iptables or port 53.
+            // Tests never touch the host's iptables or ports 53 and 80.
             "--disable-proxy",
             "--disable-dns",
+            "--disable-ingress",
         ])
         .args(extra)
         .args([

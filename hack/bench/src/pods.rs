@@ -145,6 +145,7 @@ fn start(bin: &Path, keep_log: Option<PathBuf>) -> anyhow::Result<NodeProcess> {
                 &port.to_string(),
                 "--bind-address",
                 "127.0.0.1",
+                "--disable-ingress",
             ])
             .args([
                 "--node-name",

@@ -4,7 +4,6 @@
 //! kubelet recognise what it started.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext};
@@ -84,26 +83,60 @@ struct ResolvConf {
     options: Vec<String>,
 }
 
-fn read_resolv_conf(path: &Path) -> ResolvConf {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+/// As upstream's parseResolvConf: nameservers accumulate, the last `search` and the last
+/// `options` line win, comments are skipped, and search domains lose a trailing dot.
+fn parse_resolv_conf(text: &str) -> ResolvConf {
     let mut rc = ResolvConf {
         servers: Vec::new(),
         searches: Vec::new(),
         options: Vec::new(),
     };
     for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('#') {
+            continue;
+        }
         let mut words = line.split_whitespace();
         match words.next() {
             Some("nameserver") => rc.servers.extend(words.next().map(str::to_string)),
-            Some("search") | Some("domain") => rc.searches = words.map(str::to_string).collect(),
-            Some("options") => rc.options.extend(words.map(str::to_string)),
+            Some("search") => {
+                rc.searches = words
+                    .map(|w| w.strip_suffix('.').unwrap_or(w).to_string())
+                    .collect()
+            }
+            Some("options") => rc.options = words.map(str::to_string).collect(),
             _ => {}
         }
     }
     rc
 }
 
-/// DNS for the sandbox by dnsPolicy, as upstream's dns configurer.
+/// Keeps the first of every repeated entry, in order.
+fn omit_duplicates(items: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    items
+        .into_iter()
+        .filter(|i| seen.insert(i.clone()))
+        .collect()
+}
+
+/// Upstream's limits (core validation, ExpandedDNSConfig): 3 nameservers, 32 search domains
+/// of at most 253 characters, 2048 characters in the search line.
+const MAX_NAMESERVERS: usize = 3;
+const MAX_SEARCH_PATHS: usize = 32;
+const MAX_SEARCH_CHARS: usize = 2048;
+const MAX_DOMAIN_CHARS: usize = 253;
+
+fn fit_searches(mut searches: Vec<String>) -> Vec<String> {
+    searches.truncate(MAX_SEARCH_PATHS);
+    searches.retain(|s| s.len() <= MAX_DOMAIN_CHARS);
+    while !searches.is_empty() && searches.join(" ").len() > MAX_SEARCH_CHARS {
+        searches.pop();
+    }
+    searches
+}
+
+/// DNS for the sandbox by dnsPolicy, as upstream's dns configurer (GetPodDNS).
 pub fn dns_config(config: &KubeletConfig, pod: &Pod) -> cri::DnsConfig {
     let spec = pod.spec.as_ref().expect("pod spec");
     let mut policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
@@ -116,16 +149,19 @@ pub fn dns_config(config: &KubeletConfig, pod: &Pod) -> cri::DnsConfig {
     if policy == "ClusterFirst" && config.cluster_dns.is_empty() {
         policy = "Default";
     }
-    let host = read_resolv_conf(&config.resolv_conf);
+    let host = parse_resolv_conf(&std::fs::read_to_string(&config.resolv_conf).unwrap_or_default());
     let mut dns = match policy {
         "ClusterFirst" => {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             let d = &config.cluster_domain;
-            let mut searches = vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()];
+            let mut searches = Vec::new();
+            if !d.is_empty() {
+                let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+                searches = vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()];
+            }
             searches.extend(host.searches);
             cri::DnsConfig {
                 servers: config.cluster_dns.iter().map(|ip| ip.to_string()).collect(),
-                searches,
+                searches: omit_duplicates(searches),
                 options: vec!["ndots:5".into()],
             }
         }
@@ -139,8 +175,10 @@ pub fn dns_config(config: &KubeletConfig, pod: &Pod) -> cri::DnsConfig {
     if let Some(extra) = &spec.dns_config {
         dns.servers
             .extend(extra.nameservers.clone().unwrap_or_default());
+        dns.servers = omit_duplicates(std::mem::take(&mut dns.servers));
         dns.searches
             .extend(extra.searches.clone().unwrap_or_default());
+        dns.searches = omit_duplicates(std::mem::take(&mut dns.searches));
         for o in extra.options.iter().flatten() {
             let name = o.name.clone().unwrap_or_default();
             dns.options
@@ -151,8 +189,8 @@ pub fn dns_config(config: &KubeletConfig, pod: &Pod) -> cri::DnsConfig {
             });
         }
     }
-    dns.searches.dedup();
-    dns.searches.truncate(32);
+    dns.servers.truncate(MAX_NAMESERVERS);
+    dns.searches = fit_searches(std::mem::take(&mut dns.searches));
     dns
 }
 
@@ -540,6 +578,111 @@ mod tests {
             s.linux.unwrap().cgroup_parent,
             "/kubepods/besteffort/pod1_2"
         );
+    }
+
+    /// A config whose resolv.conf is `text`, in a directory of its own.
+    fn config_with_resolv_conf(name: &str, text: &str) -> KubeletConfig {
+        let dir = std::env::temp_dir().join(format!("minik8s-dns-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("resolv.conf");
+        std::fs::write(&path, text).unwrap();
+        let mut c = config();
+        c.resolv_conf = path;
+        c
+    }
+
+    const HOST_RESOLV_CONF: &str = "# generated\nnameserver 192.0.2.53\nsearch old.example\n\
+        search corp.example. cluster.local\noptions rotate\noptions timeout:2 attempts:3\n\
+        nameserver 192.0.2.54\n";
+
+    #[test]
+    fn cluster_first_as_upstream() {
+        let c = config_with_resolv_conf("cluster-first", HOST_RESOLV_CONF);
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "team"},
+            "spec": {"containers": [{"name": "c"}]}
+        }));
+        let dns = dns_config(&c, &p);
+        assert_eq!(dns.servers, vec!["10.96.0.10"]);
+        // The last search line wins, its trailing dot goes, repeats are dropped.
+        assert_eq!(
+            dns.searches,
+            [
+                "team.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local",
+                "corp.example"
+            ]
+        );
+        assert_eq!(dns.options, vec!["ndots:5"]);
+
+        // hostNetwork pods fall back to the host's settings unless they ask for the cluster's.
+        let host = pod(serde_json::json!({
+            "metadata": {"name": "h", "namespace": "team"},
+            "spec": {"hostNetwork": true, "containers": [{"name": "c"}]}
+        }));
+        let dns = dns_config(&c, &host);
+        assert_eq!(dns.servers, vec!["192.0.2.53", "192.0.2.54"]);
+        assert_eq!(dns.searches, ["corp.example", "cluster.local"]);
+        assert_eq!(dns.options, ["timeout:2", "attempts:3"]);
+        let mut with_net = host.clone();
+        with_net.spec.as_mut().unwrap().dns_policy = Some("ClusterFirstWithHostNet".into());
+        assert_eq!(dns_config(&c, &with_net).servers, vec!["10.96.0.10"]);
+
+        // Without a cluster DNS address ClusterFirst is Default.
+        let mut no_dns = c.clone();
+        no_dns.cluster_dns.clear();
+        assert_eq!(
+            dns_config(&no_dns, &p).servers,
+            vec!["192.0.2.53", "192.0.2.54"]
+        );
+    }
+
+    #[test]
+    fn dns_config_is_appended_and_limited() {
+        let c = config_with_resolv_conf("append", HOST_RESOLV_CONF);
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "team"},
+            "spec": {
+                "dnsPolicy": "ClusterFirst",
+                "dnsConfig": {
+                    "nameservers": ["10.96.0.10", "1.1.1.1", "8.8.8.8", "9.9.9.9"],
+                    "searches": ["svc.cluster.local", "extra.example"],
+                    "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]
+                },
+                "containers": [{"name": "c"}]
+            }
+        }));
+        let dns = dns_config(&c, &p);
+        assert_eq!(dns.servers, vec!["10.96.0.10", "1.1.1.1", "8.8.8.8"]);
+        assert_eq!(
+            dns.searches,
+            [
+                "team.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local",
+                "corp.example",
+                "extra.example"
+            ]
+        );
+        assert_eq!(dns.options, vec!["ndots:2", "edns0"]);
+
+        let none = pod(serde_json::json!({
+            "metadata": {"name": "n", "namespace": "team"},
+            "spec": {
+                "dnsPolicy": "None",
+                "dnsConfig": {
+                    "nameservers": ["192.0.2.1"],
+                    "searches": (0..40).map(|i| format!("d{i}.example")).collect::<Vec<_>>()
+                },
+                "containers": [{"name": "c"}]
+            }
+        }));
+        let dns = dns_config(&c, &none);
+        assert_eq!(dns.servers, vec!["192.0.2.1"]);
+        assert_eq!(dns.searches.len(), 32);
+        assert_eq!(dns.searches[31], "d31.example");
+        assert!(dns.options.is_empty());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! do not own) are relayed unchanged to the resolvers of /etc/resolv.conf.
 
 pub mod server;
+pub mod service;
 pub mod zone;
 
 pub use server::{DnsConfig, Server, run, upstreams_from_resolv_conf};

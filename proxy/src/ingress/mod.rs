@@ -25,7 +25,7 @@ use kube::{Api, Client};
 use tokio::net::TcpListener;
 
 use crate::cache::{Caches, watch};
-pub use routes::{Routed, Routes};
+pub use routes::{DEFAULT_CLASS_ANNOTATION, Routed, Routes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -247,4 +247,32 @@ pub async fn run(
     proxy.serve(listener, shutdown).await;
     updater.abort();
     Ok(())
+}
+
+/// The name of the IngressClass we serve.
+pub const CLASS_NAME: &str = "minik8s";
+
+/// Creates the `minik8s` IngressClass, marked as the default class, unless a class of that
+/// name exists (then it is left as its owner made it).
+pub async fn ensure_class(client: &Client) -> Result<(), kube::Error> {
+    let api: Api<IngressClass> = Api::all(client.clone());
+    if api.get_opt(CLASS_NAME).await?.is_some() {
+        return Ok(());
+    }
+    let class = IngressClass {
+        metadata: kube::api::ObjectMeta {
+            name: Some(CLASS_NAME.into()),
+            annotations: Some([(DEFAULT_CLASS_ANNOTATION.to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::networking::v1::IngressClassSpec {
+            controller: Some(routes::CONTROLLER.into()),
+            ..Default::default()
+        }),
+    };
+    match api.create(&PostParams::default(), &class).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
 }
