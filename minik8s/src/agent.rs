@@ -155,19 +155,8 @@ pub async fn start(
         }
     }
     let cert = pki.client("kubelet", &format!("system:node:{name}"), &["system:nodes"])?;
-    let kubeconfig = minik8s_apiserver::server::admin_kubeconfig(
-        api_url,
-        &pki.ca.cert_pem,
-        &cert.cert_pem,
-        &cert.key_pem,
-    );
     let path = data_dir.join("kubelet.kubeconfig");
-    std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
-    let client = {
-        let kc = kube::config::Kubeconfig::read_from(&path)?;
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-        kube::Client::try_from(config)?
-    };
+    let client = kubeconfig_client(pki, &cert, api_url, &path).await?;
     let ip = node_ip(args);
     // The kubelet's serving certificate, for the names the API server and clients use.
     let hostname = minik8s_apiserver::server::hostname().to_lowercase();
@@ -205,6 +194,27 @@ pub async fn start(
         }
     });
     Ok(Agent { containerd })
+}
+
+/// Writes a kubeconfig for `cert` at `path` and returns a client built from it.
+pub async fn kubeconfig_client(
+    pki: &minik8s_apiserver::pki::Pki,
+    cert: &minik8s_apiserver::pki::CertPair,
+    api_url: &str,
+    path: &Path,
+) -> anyhow::Result<kube::Client> {
+    let kubeconfig = minik8s_apiserver::server::admin_kubeconfig(
+        api_url,
+        &pki.ca.cert_pem,
+        &cert.cert_pem,
+        &cert.key_pem,
+    );
+    std::fs::write(path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+    crate::control::ClientArgs {
+        kubeconfig: Some(path.to_path_buf()),
+    }
+    .client()
+    .await
 }
 
 /// Stops every pod of the node and containerd, and removes what they left: containers, the
