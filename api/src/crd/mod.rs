@@ -9,6 +9,7 @@ pub mod object;
 pub mod printer;
 pub mod schema;
 pub mod strategy;
+pub mod structural;
 pub mod validate;
 pub mod version;
 
