@@ -3361,7 +3361,8 @@ async fn crd_bad_schema(c: &Ctx) -> anyhow::Result<()> {
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
                     "properties": {
-                        "spec": {"properties": {"size": {"type": "integer"}}},
+                        "spec": {"properties": {"size": {"type": "integer"}},
+                                 "x-kubernetes-validations": [{"rule": "self.size <"}]},
                         "status": {"type": "object",
                                    "properties": {"a": {"type": "string"}},
                                    "additionalProperties": {"type": "string"}}
@@ -3382,6 +3383,10 @@ async fn crd_bad_schema(c: &Ctx) -> anyhow::Result<()> {
     contains(
         &r.stderr,
         "spec.versions[0].schema.openAPIV3Schema.properties[status].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive",
+    )?;
+    contains(
+        &r.stderr,
+        "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Invalid value: \"self.size <\": compilation failed",
     )?;
     Ok(())
 }

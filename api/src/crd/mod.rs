@@ -3,6 +3,7 @@
 //! printer columns and scale paths, Table columns, the strategy of one served version, and the
 //! naming and condition rules of the CRD controllers.
 
+pub mod cel;
 pub mod jsonpath;
 pub mod names;
 pub mod object;

@@ -41,6 +41,7 @@ pub fn validate_schema(schema: &Value, path: &Path) -> Vec<FieldError> {
     let mut errs = Vec::new();
     openapi(schema, path, &mut errs);
     invariants(schema, Level::Root, path, &mut errs);
+    errs.extend(super::cel::compile_errors(schema, path));
     errs
 }
 

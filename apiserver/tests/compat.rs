@@ -1,5 +1,6 @@
-//! Service-account tokens (TokenRequest, then bearer authentication), SelfSubjectReview,
-//! impersonation, dry-run write conflicts and CRD schema checks, through the router.
+//! What stock clients rely on beyond CRUD: service-account tokens (TokenRequest, then bearer
+//! authentication), SelfSubjectReview, impersonation, dry-run write conflicts, and CRD
+//! schema checks and CEL rules, through the router.
 
 use base64::Engine;
 use http::{Method, Request, StatusCode};
@@ -496,4 +497,82 @@ async fn crd_schemas_must_be_structural() {
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+}
+
+#[tokio::test]
+async fn crd_cel_rules() {
+    let s = InProcess::start(Backend::Sqlite).await.unwrap();
+    let crd = |rule: &str| {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "ranges.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {"plural": "ranges", "singular": "range", "kind": "Range"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object",
+                            "x-kubernetes-validations": [
+                                {"rule": rule, "message": "min must not exceed max"},
+                                {"rule": "self.max >= oldSelf.max", "message": "max may not shrink"},
+                            ],
+                            "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}}}
+                    }}}}]
+            }
+        })
+    };
+    let path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let r = s.post(path, crd("self.min <=")).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let cause = &r.json()["details"]["causes"][0];
+    assert_eq!(
+        cause["field"],
+        "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
+    );
+    let r = s.post(path, crd("self.min <= self.max")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let ranges = "/apis/example.com/v1/namespaces/default/ranges";
+    let obj = |min: i64, max: i64| {
+        json!({"apiVersion": "example.com/v1", "kind": "Range",
+               "metadata": {"name": "r1"}, "spec": {"min": min, "max": max}})
+    };
+    let created = testkit::eventually(
+        std::time::Duration::from_secs(10),
+        "the custom resource is served",
+        || async {
+            let r = s.post(ranges, obj(5, 1)).await;
+            (r.status != StatusCode::NOT_FOUND).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        created.json()["message"],
+        "Range.example.com \"r1\" is invalid: spec: Invalid value: \"object\": min must not exceed max"
+    );
+    let r = s.post(ranges, obj(1, 5)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    // A transition rule: the update is checked against the old object.
+    let r = s
+        .patch(
+            &format!("{ranges}/r1"),
+            "application/merge-patch+json",
+            json!({"spec": {"max": 3}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        r.json()["message"],
+        "Range.example.com \"r1\" is invalid: spec: Invalid value: \"object\": max may not shrink"
+    );
+    let r = s
+        .patch(
+            &format!("{ranges}/r1"),
+            "application/merge-patch+json",
+            json!({"spec": {"max": 9}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
 }
