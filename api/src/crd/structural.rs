@@ -36,6 +36,18 @@ fn properties(m: &Map<String, Value>) -> Option<&Map<String, Value>> {
     m.get("properties").and_then(Value::as_object)
 }
 
+/// The schemas under `allOf`, `anyOf` and `oneOf`, with their junctor and index.
+fn junctions(m: &Map<String, Value>) -> impl Iterator<Item = (&'static str, usize, &Value)> {
+    ["allOf", "anyOf", "oneOf"].into_iter().flat_map(move |j| {
+        m.get(j)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(move |(i, s)| (j, i, s))
+    })
+}
+
 /// Every error of one version's `openAPIV3Schema` at `path`.
 pub fn validate_schema(schema: &Value, path: &Path) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -98,16 +110,8 @@ fn openapi(schema: &Value, path: &Path, errs: &mut Vec<FieldError>) {
             openapi(items, &path.child("items"), errs);
         }
     }
-    for junctor in ["allOf", "anyOf", "oneOf"] {
-        for (i, s) in m
-            .get(junctor)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            openapi(s, &path.child(junctor).index(i), errs);
-        }
+    for (junctor, i, s) in junctions(m) {
+        openapi(s, &path.child(junctor).index(i), errs);
     }
     if let Some(not) = m.get("not") {
         openapi(not, &path.child("not"), errs);
@@ -193,20 +197,12 @@ fn invariants(schema: &Value, level: Level, path: &Path, errs: &mut Vec<FieldErr
                 .and_then(|a| a.first())
                 .and_then(|f| f.get("anyOf")),
         );
-    for junctor in ["allOf", "anyOf", "oneOf"] {
+    for (junctor, i, s) in junctions(m) {
         if junctor == "anyOf" && skip_any_of {
             continue;
         }
-        for (i, s) in m
-            .get(junctor)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let skip = junctor == "allOf" && i == 0 && skip_all_of_any_of;
-            nested(s, skip, &path.child(junctor).index(i), errs);
-        }
+        let skip = junctor == "allOf" && i == 0 && skip_all_of_any_of;
+        nested(s, skip, &path.child(junctor).index(i), errs);
     }
     if let Some(not) = m.get("not") {
         nested(not, false, &path.child("not"), errs);
@@ -294,19 +290,11 @@ fn invariants(schema: &Value, level: Level, path: &Path, errs: &mut Vec<FieldErr
 /// Upstream's `validateNestedValueValidation`: a schema inside a junctor only validates.
 fn nested(schema: &Value, skip_any_of: bool, path: &Path, errs: &mut Vec<FieldError>) {
     let Some(m) = obj(schema) else { return };
-    for junctor in ["allOf", "anyOf", "oneOf"] {
+    for (junctor, i, s) in junctions(m) {
         if junctor == "anyOf" && skip_any_of {
             continue;
         }
-        for (i, s) in m
-            .get(junctor)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            nested(s, false, &path.child(junctor).index(i), errs);
-        }
+        nested(s, false, &path.child(junctor).index(i), errs);
     }
     if let Some(not) = m.get("not") {
         nested(not, false, &path.child("not"), errs);

@@ -10,12 +10,11 @@ use http::StatusCode;
 use k8s_openapi::api::authentication::v1::{
     SelfSubjectReview, SelfSubjectReviewStatus, TokenReview, TokenReviewStatus, UserInfo,
 };
-use minik8s_api::validation::{FieldError, NameRule, Path};
-use minik8s_api::{ApiError, ResourceInfo, Target, meta};
+use minik8s_api::validation::{FieldError, Path};
+use minik8s_api::{ApiError, ResourceInfo, meta};
 
 use super::codec;
 use super::render;
-use super::request::Verb;
 use super::resource::{ApiRequest, Endpoint};
 use crate::auth::{Authenticator, Extra};
 use crate::server::ApiServer;
@@ -34,23 +33,6 @@ pub struct AuthenticationEndpoint {
     auth: Arc<Authenticator>,
 }
 
-fn info(kind: &str, plural: &str) -> ResourceInfo {
-    ResourceInfo {
-        group: GROUP.into(),
-        version: "v1".into(),
-        kind: kind.into(),
-        list_kind: format!("{kind}List"),
-        plural: plural.into(),
-        singular: kind.to_lowercase(),
-        namespaced: false,
-        short_names: vec![],
-        categories: vec![],
-        verbs: vec!["create".into()],
-        subresources: vec![],
-        name_rule: NameRule::Dns1123Subdomain,
-    }
-}
-
 /// Serves the reviews and describes them in OpenAPI.
 pub fn register(server: &ApiServer) {
     server.openapi.register_type::<SelfSubjectReview>();
@@ -64,7 +46,7 @@ pub fn register(server: &ApiServer) {
         ("TokenReview", "tokenreviews", Review::Token),
     ] {
         server.register(Arc::new(AuthenticationEndpoint {
-            info: info(kind, plural),
+            info: super::authorization::review_info(GROUP, kind, plural),
             review,
             auth: server.auth.clone(),
         }));
@@ -85,31 +67,11 @@ impl AuthenticationEndpoint {
         &self,
         req: &ApiRequest,
     ) -> Result<(T, Vec<String>), ApiError> {
-        codec::decode_body(
-            req.content_type(),
-            &req.body,
-            &self.info.kind,
-            &self.info.api_version(),
-            false,
-            req.field_validation()?,
-            |_| {},
-        )
+        super::authorization::decode_review(&self.info, req)
     }
 
     async fn dispatch(&self, req: &ApiRequest) -> Result<Response, ApiError> {
-        let t = &req.target;
-        if t.namespace.is_some() || t.subresource.is_some() {
-            return Err(ApiError::path_not_found());
-        }
-        let target = Target {
-            group: GROUP,
-            resource: &self.info.plural,
-            name: t.name.as_deref().unwrap_or_default(),
-        };
-        if t.verb != Verb::Create || t.name.is_some() {
-            return Err(ApiError::method_not_supported(target, t.verb.as_str()));
-        }
-        req.dry_run()?;
+        super::authorization::check_review_create(&self.info, req)?;
         let (resp, warnings) = match self.review {
             Review::SelfSubject => {
                 let (mut review, warnings): (SelfSubjectReview, _) = self.decode(req)?;
