@@ -165,7 +165,9 @@ const BUILT_IN: &[Def] = &[
         .short(&["no"])
         .sub(&["proxy", "status"]),
     def("", "v1", "Event", "events", true).short(&["ev"]),
-    def("", "v1", "ServiceAccount", "serviceaccounts", true).short(&["sa"]),
+    def("", "v1", "ServiceAccount", "serviceaccounts", true)
+        .short(&["sa"])
+        .sub(&["token"]),
     def("", "v1", "PersistentVolume", "persistentvolumes", false)
         .short(&["pv"])
         .sub(&["status"]),
@@ -285,6 +287,12 @@ fn subresource(parent: &Def, name: &str) -> Subresource {
             verbs(&["get", "patch", "update"]),
         ),
         "binding" => ("Binding", "", "v1", verbs(&["create"])),
+        "token" => (
+            "TokenRequest",
+            "authentication.k8s.io",
+            "v1",
+            verbs(&["create"]),
+        ),
         // Served by the node's kubelet, through the API server.
         "log" => (parent.kind, "", "v1", verbs(&["get"])),
         "exec" => ("PodExecOptions", "", "v1", verbs(&["create", "get"])),

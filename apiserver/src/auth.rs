@@ -1,16 +1,28 @@
 //! Authentication: who is asking. X.509 client certificates signed by the cluster CA (CN is
-//! the user, O the groups) and bearer tokens from a static token file (upstream's
-//! `--token-auth-file` CSV). Authorization is a later issue: any authenticated user may act.
+//! the user, O the groups), bearer tokens from a static token file (upstream's
+//! `--token-auth-file` CSV) and service-account tokens the server signed itself. Then
+//! impersonation (`Impersonate-*` headers), as upstream's filter, which only admins may use
+//! until there is RBAC. Authorization is a later issue: any authenticated user may act.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use minik8s_api::ApiError;
+use http::HeaderMap;
+use minik8s_api::{ApiError, Target};
 
 use crate::handlers::codec::status_response;
+use crate::serviceaccount::{self, ServiceAccountTokens};
+
+/// A user's extra attributes (upstream's `user.Info.GetExtra()`).
+pub type Extra = BTreeMap<String, Vec<String>>;
+
+/// The extra attributes of the request's user, beside its `UserInfo` in the extensions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserExtra(pub Extra);
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UserInfo {
@@ -49,9 +61,20 @@ pub enum AuthError {
     },
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Authenticator {
     tokens: HashMap<String, UserInfo>,
+    /// Set once the store and the service-account key exist.
+    service_accounts: OnceLock<Arc<ServiceAccountTokens>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("tokens", &self.tokens.len())
+            .field("service_accounts", &self.service_accounts.get().is_some())
+            .finish()
+    }
 }
 
 /// Splits one CSV line, honouring double quotes (groups are a quoted comma list).
@@ -120,6 +143,23 @@ impl Authenticator {
     pub fn token(&self, token: &str) -> Option<UserInfo> {
         self.tokens.get(token).cloned()
     }
+
+    /// Enables service-account tokens (a second call changes nothing).
+    pub fn set_service_accounts(&self, tokens: Arc<ServiceAccountTokens>) {
+        let _ = self.service_accounts.set(tokens);
+    }
+
+    pub fn service_accounts(&self) -> Option<&Arc<ServiceAccountTokens>> {
+        self.service_accounts.get()
+    }
+
+    /// The user of a bearer token: a static token, else a service-account token.
+    pub async fn bearer(&self, token: &str) -> Option<(UserInfo, Extra)> {
+        if let Some(u) = self.token(token) {
+            return Some((u, Extra::new()));
+        }
+        self.service_accounts.get()?.authenticate(token).await
+    }
 }
 
 /// The user of a verified client certificate: CN is the name, each O a group.
@@ -153,7 +193,8 @@ fn public(path: &str) -> bool {
         || path.starts_with("/readyz/")
 }
 
-/// Middleware: attaches a `UserInfo` to the request or answers 401.
+/// Middleware: attaches a `UserInfo` (and its `UserExtra`) to the request or answers 401;
+/// then applies impersonation headers.
 pub async fn authenticate(
     State(auth): State<std::sync::Arc<Authenticator>>,
     mut req: Request,
@@ -169,27 +210,213 @@ pub async fn authenticate(
         })
         .map(|t| t.trim().to_string());
     let user = match (req.extensions().get::<ClientCertIdentity>(), bearer) {
-        (_, Some(token)) => match auth.token(&token) {
+        (_, Some(token)) => match auth.bearer(&token).await {
             Some(u) => Some(u),
             None => return status_response(&ApiError::unauthorized()),
         },
-        (Some(cert), None) => Some(cert.0.clone()),
+        (Some(cert), None) => Some((cert.0.clone(), Extra::new())),
         (None, None) => None,
     };
-    match user {
-        Some(mut u) => {
+    let (user, extra) = match user {
+        Some((mut u, extra)) => {
             if !u.groups.iter().any(|g| g == "system:authenticated") {
                 u.groups.push("system:authenticated".into());
             }
-            req.extensions_mut().insert(u);
-            next.run(req).await
+            (u, extra)
         }
-        None if public(req.uri().path()) => {
-            req.extensions_mut().insert(UserInfo::anonymous());
-            next.run(req).await
+        None if public(req.uri().path()) => (UserInfo::anonymous(), Extra::new()),
+        None => return status_response(&ApiError::unauthorized()),
+    };
+    let (user, extra) = match impersonate(&user, req.headers()) {
+        Ok(Some(acting)) => {
+            tracing::debug!(user = %user.name, as_user = %acting.0.name, "impersonating");
+            let headers = req.headers_mut();
+            let names: Vec<_> = headers
+                .keys()
+                .filter(|k| k.as_str().starts_with("impersonate-"))
+                .cloned()
+                .collect();
+            for name in names {
+                headers.remove(name);
+            }
+            acting
         }
-        None => status_response(&ApiError::unauthorized()),
+        Ok(None) => (user, extra),
+        Err(e) => return status_response(&e),
+    };
+    req.extensions_mut().insert(user);
+    req.extensions_mut().insert(UserExtra(extra));
+    next.run(req).await
+}
+
+/// One thing a request asks to act as, with what upstream's filter authorizes it as.
+struct Impersonation<'a> {
+    group: &'static str,
+    resource: &'static str,
+    subresource: String,
+    namespace: &'a str,
+    name: &'a str,
+}
+
+/// Decodes the `%XX` escapes of an `Impersonate-Extra-` key (upstream's `unescapeExtraKey`).
+fn unescape_extra_key(key: &str) -> String {
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&key[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
     }
+    String::from_utf8(out).unwrap_or_else(|_| key.to_string())
+}
+
+/// Upstream's impersonation filter: `Ok(None)` when the request asks for none, the user and
+/// extra to act as when `requester` may impersonate each part, else its 403 (or the 500 for
+/// groups, extras or a uid without a user). With no RBAC yet, only `system:masters` may.
+pub fn impersonate(
+    requester: &UserInfo,
+    headers: &HeaderMap,
+) -> Result<Option<(UserInfo, Extra)>, ApiError> {
+    let values = |name: &str| -> Vec<&str> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect()
+    };
+    let user = values("impersonate-user").first().copied().unwrap_or("");
+    let groups_asked = values("impersonate-group");
+    let uid = values("impersonate-uid").first().copied().unwrap_or("");
+    let mut extras: Vec<(String, &str)> = Vec::new();
+    for (name, value) in headers {
+        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-")
+            && let Ok(v) = value.to_str()
+        {
+            extras.push((unescape_extra_key(key), v));
+        }
+    }
+    if user.is_empty() && groups_asked.is_empty() && uid.is_empty() && extras.is_empty() {
+        return Ok(None);
+    }
+    let mut asks = Vec::new();
+    let mut name = String::new();
+    let mut groups: Vec<String> = Vec::new();
+    let sa = serviceaccount::split_username(user);
+    if !user.is_empty() {
+        name = user.to_string();
+        match sa {
+            Some((namespace, sa_name)) => asks.push(Impersonation {
+                group: "",
+                resource: "serviceaccounts",
+                subresource: String::new(),
+                namespace,
+                name: sa_name,
+            }),
+            None => asks.push(Impersonation {
+                group: "",
+                resource: "users",
+                subresource: String::new(),
+                namespace: "",
+                name: user,
+            }),
+        }
+    }
+    for g in &groups_asked {
+        asks.push(Impersonation {
+            group: "",
+            resource: "groups",
+            subresource: String::new(),
+            namespace: "",
+            name: g,
+        });
+        groups.push(g.to_string());
+    }
+    let mut extra = Extra::new();
+    for (key, value) in &extras {
+        asks.push(Impersonation {
+            group: "authentication.k8s.io",
+            resource: "userextras",
+            subresource: key.clone(),
+            namespace: "",
+            name: value,
+        });
+        extra
+            .entry(key.clone())
+            .or_default()
+            .push(value.to_string());
+    }
+    if !uid.is_empty() {
+        asks.push(Impersonation {
+            group: "authentication.k8s.io",
+            resource: "uids",
+            subresource: String::new(),
+            namespace: "",
+            name: uid,
+        });
+    }
+    if user.is_empty() {
+        return Err(ApiError::internal(
+            "requested impersonation of groups, extra or uid without impersonating a user",
+        ));
+    }
+    let admin = requester.groups.iter().any(|g| g == "system:masters");
+    for ask in &asks {
+        if admin {
+            continue;
+        }
+        let resource = if ask.subresource.is_empty() {
+            ask.resource.to_string()
+        } else {
+            format!("{}/{}", ask.resource, ask.subresource)
+        };
+        let scope = if ask.namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace \"{}\"", ask.namespace)
+        };
+        return Err(ApiError::forbidden(
+            Target {
+                group: ask.group,
+                resource: ask.resource,
+                name: ask.name,
+            },
+            &format!(
+                "User \"{}\" cannot impersonate resource \"{resource}\" in API group \"{}\" {scope}",
+                requester.name, ask.group
+            ),
+        ));
+    }
+    if let Some((namespace, _)) = sa
+        && groups_asked.is_empty()
+    {
+        groups = serviceaccount::groups(namespace);
+    }
+    if name != "system:anonymous" {
+        if !groups
+            .iter()
+            .any(|g| g == "system:authenticated" || g == "system:unauthenticated")
+        {
+            groups.push("system:authenticated".into());
+        }
+    } else if !groups.iter().any(|g| g == "system:unauthenticated") {
+        groups.push("system:unauthenticated".into());
+    }
+    Ok(Some((
+        UserInfo {
+            name,
+            uid: uid.to_string(),
+            groups,
+        },
+        extra,
+    )))
 }
 
 #[cfg(test)]
@@ -207,5 +434,95 @@ mod tests {
         assert!(a.token("nope").is_none());
         std::fs::write(&path, "justatoken\n").unwrap();
         assert!(Authenticator::from_token_file(&path).is_err());
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo {
+            name: name.into(),
+            uid: String::new(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn impersonation() {
+        let admin = user("admin", &["system:masters", "system:authenticated"]);
+        assert_eq!(impersonate(&admin, &HeaderMap::new()).unwrap(), None);
+        let (jane, extra) = impersonate(&admin, &headers(&[("Impersonate-User", "jane")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(jane, user("jane", &["system:authenticated"]));
+        assert!(extra.is_empty());
+        let (u, extra) = impersonate(
+            &admin,
+            &headers(&[
+                ("Impersonate-User", "jane"),
+                ("Impersonate-Group", "dev"),
+                ("Impersonate-Group", "ops"),
+                ("Impersonate-Uid", "1234"),
+                ("Impersonate-Extra-Scopes", "view"),
+                ("Impersonate-Extra-Scopes", "edit"),
+                ("Impersonate-Extra-example.com%2fteam", "a"),
+            ]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(u.groups, vec!["dev", "ops", "system:authenticated"]);
+        assert_eq!(u.uid, "1234");
+        assert_eq!(extra["scopes"], vec!["view", "edit"]);
+        assert_eq!(extra["example.com/team"], vec!["a"]);
+        // A service account gets its fixed groups unless groups are asked for.
+        let (sa, _) = impersonate(
+            &admin,
+            &headers(&[("Impersonate-User", "system:serviceaccount:ns1:bot")]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            sa.groups,
+            vec![
+                "system:serviceaccounts",
+                "system:serviceaccounts:ns1",
+                "system:authenticated"
+            ]
+        );
+        let (anon, _) = impersonate(
+            &admin,
+            &headers(&[("Impersonate-User", "system:anonymous")]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(anon.groups, vec!["system:unauthenticated"]);
+        // Groups without a user.
+        let err = impersonate(&admin, &headers(&[("Impersonate-Group", "dev")])).unwrap_err();
+        assert_eq!(err.code, 500);
+        // Someone who is not an admin.
+        let bob = user("bob", &["system:authenticated"]);
+        let err = impersonate(&bob, &headers(&[("Impersonate-User", "jane")])).unwrap_err();
+        assert_eq!(err.code, 403);
+        assert_eq!(
+            err.message,
+            "users \"jane\" is forbidden: User \"bob\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+        );
+        let err = impersonate(
+            &bob,
+            &headers(&[("Impersonate-User", "system:serviceaccount:ns1:bot")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.message,
+            "serviceaccounts \"bot\" is forbidden: User \"bob\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"ns1\""
+        );
     }
 }

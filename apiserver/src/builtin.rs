@@ -78,7 +78,11 @@ pub fn register(server: &ApiServer) {
     add(server, endpoint::<Event>(server, "", "events"));
     add(
         server,
-        endpoint::<ServiceAccount>(server, "", "serviceaccounts"),
+        endpoint::<ServiceAccount>(server, "", "serviceaccounts").with_extension(Arc::new(
+            crate::handlers::serviceaccounts::ServiceAccountExtension {
+                auth: server.auth.clone(),
+            },
+        )),
     );
     add(
         server,
@@ -156,4 +160,5 @@ pub fn register(server: &ApiServer) {
         ),
     );
     crate::handlers::authorization::register(server);
+    crate::handlers::authentication::register(server);
 }

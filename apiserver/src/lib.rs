@@ -15,6 +15,7 @@ pub mod protobuf;
 pub mod registry;
 pub mod serve;
 pub mod server;
+pub mod serviceaccount;
 pub mod storage;
 
 pub use handlers::router;

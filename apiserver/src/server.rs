@@ -263,6 +263,8 @@ pub enum ServerError {
     Pki(#[from] PkiError),
     #[error("authentication: {0}")]
     Auth(#[from] crate::auth::AuthError),
+    #[error("service account tokens: {0}")]
+    Tokens(#[from] crate::serviceaccount::TokenError),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -375,6 +377,13 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
     let mut serve = config.serve.clone();
     serve.service_ranges = ranges;
     let server = ApiServer::new(store, metrics, auth, serve, address);
+    let signer = crate::serviceaccount::TokenSigner::load_or_create(&pki.dir.join("sa.key"))?;
+    server
+        .auth
+        .set_service_accounts(Arc::new(crate::serviceaccount::ServiceAccountTokens::new(
+            signer,
+            &server.store,
+        )));
     // The identity the API server presents to kubelets.
     let kubelet_client = pki.client(
         "apiserver-kubelet-client",

@@ -112,6 +112,10 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "errors" => errors,
     "cluster-dns" => cluster_dns,
     "ingress" => ingress,
+    "create-token" => create_token,
+    "auth-whoami-as" => auth_whoami_as,
+    "create-dry-run-conflict" => create_dry_run_conflict,
+    "crd-bad-schema" => crd_bad_schema,
 };
 
 /// Runs the selected cases with one binary, in a namespace of its own.
@@ -3422,5 +3426,213 @@ async fn ingress(c: &Ctx) -> anyhow::Result<()> {
     ingress_answers(&a, "/", 200, "from-b").await?;
     c.ok(&["delete", "ingress", "web"]).await?;
     ingress_answers(&a, "/", 404, "default backend - 404").await?;
+/// The part of a JWT that holds its claims.
+fn jwt_claims(token: &str) -> anyhow::Result<Value> {
+    use base64::Engine;
+    let body = token
+        .split('.')
+        .nth(1)
+        .ok_or_else(|| anyhow!("not a JWT: {token}"))?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(body)?;
+    Ok(serde_json::from_slice(&bytes)?)
+}
+
+/// `kubectl create token`: a signed token for the service account that the server then
+/// takes as that service account, until the service account is deleted.
+async fn create_token(c: &Ctx) -> anyhow::Result<()> {
+    let sa = "conf-token-sa";
+    let _ = c
+        .run(&["delete", "serviceaccount", sa, "--ignore-not-found"])
+        .await?;
+    c.ok(&["create", "serviceaccount", sa]).await?;
+    let token = c.ok(&["create", "token", sa, "--duration=20m"]).await?;
+    let token = token.trim();
+    let claims = jwt_claims(token)?;
+    let user = format!("system:serviceaccount:{}:{sa}", c.ns);
+    ensure!(claims["sub"] == user.as_str(), "claims: {claims}");
+    ensure!(
+        claims["kubernetes.io"]["serviceaccount"]["name"] == sa,
+        "claims: {claims}"
+    );
+    let lifetime = claims["exp"].as_i64().unwrap_or(0) - claims["iat"].as_i64().unwrap_or(0);
+    ensure!(lifetime == 1200, "token lives {lifetime} s, asked for 20m");
+    let err = c.fails(&["create", "token", sa, "--duration=1m"]).await?;
+    contains(&err, "may not specify a duration less than 10 minutes")?;
+    let err = c.fails(&["create", "token", "no-such-sa"]).await?;
+    contains(&err, "serviceaccounts \"no-such-sa\" not found")?;
+    let token_arg = format!("--token={token}");
+    let server = c
+        .ok(&[
+            "config",
+            "view",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ])
+        .await?;
+    // The token authenticates by itself (the admin's client certificate is left out).
+    let as_token = |args: &[&str]| {
+        let mut all = vec![
+            "--kubeconfig=/dev/null".to_string(),
+            format!("--server={}", server.trim()),
+            "--insecure-skip-tls-verify".into(),
+            token_arg.clone(),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        all
+    };
+    if c.bin.minor.is_none_or(|m| m >= 28) {
+        let args = as_token(&["auth", "whoami", "-o", "json"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = c.ok(&args).await?;
+        let review: Value = serde_json::from_str(&out)?;
+        let info = &review["status"]["userInfo"];
+        ensure!(info["username"] == user.as_str(), "whoami: {out}");
+        let groups = info["groups"].to_string();
+        contains(&groups, "system:serviceaccounts")?;
+        contains(&groups, &format!("system:serviceaccounts:{}", c.ns))?;
+        contains(&groups, "system:authenticated")?;
+    }
+    let args = as_token(&["get", "serviceaccount", sa, "-n", &c.ns, "-o", "name"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = c.ok(&args).await?;
+    contains(&out, &format!("serviceaccount/{sa}"))?;
+    // Only admins may impersonate.
+    let imp = as_token(&["get", "configmaps", "-n", &c.ns, "--as=jane"]);
+    let imp: Vec<&str> = imp.iter().map(String::as_str).collect();
+    let err = c.fails(&imp).await?;
+    contains(
+        &err,
+        &format!(
+            "users \"jane\" is forbidden: User \"{user}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+        ),
+    )?;
+    // Deleting the service account revokes its tokens.
+    c.ok(&["delete", "serviceaccount", sa]).await?;
+    let r = c.run(&args).await?;
+    ensure!(!r.ok(), "a token outlived its service account");
+    contains(&r.stderr, "Unauthorized")?;
+    Ok(())
+}
+
+/// `kubectl auth whoami --as`: impersonation as upstream's filter does it for an admin.
+async fn auth_whoami_as(c: &Ctx) -> anyhow::Result<()> {
+    if c.bin.minor.is_some_and(|m| m < 28) {
+        return Ok(());
+    }
+    let out = c
+        .ok(&[
+            "auth",
+            "whoami",
+            "--as=jane",
+            "--as-group=dev",
+            "-o",
+            "json",
+        ])
+        .await?;
+    let review: Value = serde_json::from_str(&out)?;
+    let info = &review["status"]["userInfo"];
+    ensure!(info["username"] == "jane", "whoami: {out}");
+    ensure!(
+        info["groups"] == json!(["dev", "system:authenticated"]),
+        "whoami: {out}"
+    );
+    let table = c.ok(&["auth", "whoami", "--as=jane"]).await?;
+    contains(&table, "jane")?;
+    Ok(())
+}
+
+/// `--dry-run=server` answers as a real write would: AlreadyExists for a taken name,
+/// NotFound for an update of a missing object, and nothing is stored.
+async fn create_dry_run_conflict(c: &Ctx) -> anyhow::Result<()> {
+    let name = "dry-run-conflict";
+    let _ = c
+        .run(&["delete", "configmap", name, "--ignore-not-found"])
+        .await?;
+    c.ok(&["create", "configmap", name, "--from-literal=a=1"])
+        .await?;
+    let err = c
+        .fails(&[
+            "create",
+            "configmap",
+            name,
+            "--from-literal=a=2",
+            "--dry-run=server",
+        ])
+        .await?;
+    contains(
+        &err,
+        &format!("Error from server (AlreadyExists): configmaps \"{name}\" already exists"),
+    )?;
+    let out = c
+        .ok(&[
+            "create",
+            "configmap",
+            "dry-run-new",
+            "--from-literal=a=1",
+            "--dry-run=server",
+        ])
+        .await?;
+    contains(&out, "configmap/dry-run-new created (server dry run)")?;
+    let r = c.run(&["get", "configmap", "dry-run-new"]).await?;
+    ensure!(!r.ok(), "a dry-run create was stored");
+    let missing = yaml(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "dry-run-missing"}, "data": {"a": "1"}}));
+    let r = c
+        .run_with(
+            &["replace", "--dry-run=server", "-f", "-"],
+            Some(&missing),
+            &[],
+        )
+        .await?;
+    ensure!(!r.ok(), "a dry-run replace of a missing object succeeded");
+    contains(&r.stderr, "configmaps \"dry-run-missing\" not found")?;
+    c.ok(&["delete", "configmap", name]).await?;
+    Ok(())
+}
+
+/// A CRD whose schema is not structural is refused with upstream's causes.
+async fn crd_bad_schema(c: &Ctx) -> anyhow::Result<()> {
+    let group = c.widget_group();
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {"properties": {"size": {"type": "integer"}},
+                                 "x-kubernetes-validations": [{"rule": "self.size <"}]},
+                        "status": {"type": "object",
+                                   "properties": {"a": {"type": "string"}},
+                                   "additionalProperties": {"type": "string"}}
+                    }
+                }}
+            }]
+        }
+    });
+    let r = c
+        .run_with(&["create", "-f", "-"], Some(&yaml(&crd)), &[])
+        .await?;
+    ensure!(!r.ok(), "a CRD with a bad schema was accepted");
+    contains(&r.stderr, "is invalid")?;
+    contains(
+        &r.stderr,
+        "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields",
+    )?;
+    contains(
+        &r.stderr,
+        "spec.versions[0].schema.openAPIV3Schema.properties[status].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive",
+    )?;
+    contains(
+        &r.stderr,
+        "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Invalid value: \"self.size <\": compilation failed",
+    )?;
     Ok(())
 }

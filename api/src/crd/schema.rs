@@ -53,6 +53,8 @@ pub struct Schema {
     pub any_of: Vec<Schema>,
     pub one_of: Vec<Schema>,
     pub not: Option<Box<Schema>>,
+    /// `x-kubernetes-validations`: CEL rules.
+    pub validations: Vec<super::cel::Rule>,
 }
 
 /// The formats upstream validates (`apiextensions-apiserver/pkg/apiserver/validation`), by
@@ -175,6 +177,7 @@ impl Schema {
             any_of: schemas(m.get("anyOf")),
             one_of: schemas(m.get("oneOf")),
             not: m.get("not").map(|v| Box::new(Schema::parse(v))),
+            validations: super::cel::Rule::parse_all(v),
         }
     }
 

@@ -251,6 +251,7 @@ impl CustomStrategy {
             let value = obj.to_value();
             let old_value = old.map(CustomObject::to_value);
             errs.extend(validate::validate(&value, s, old_value.as_ref()));
+            errs.extend(super::cel::validate(&value, s, old_value.as_ref()));
             validate::validate_embedded(&value, s, &mut errs);
             let mut list_errs = Vec::new();
             validate::validate_list_types(&value, s, &mut list_errs);

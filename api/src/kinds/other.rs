@@ -908,15 +908,22 @@ impl Kind for CustomResourceDefinition {
                     "must contain unique version names",
                 ));
             }
-            if v.schema
+            match v
+                .schema
                 .as_ref()
                 .and_then(|s| s.open_api_v3_schema.as_ref())
-                .is_none()
             {
-                errs.push(FieldError::required(
+                None => errs.push(FieldError::required(
                     &vp.child("schema").child("openAPIV3Schema"),
                     "schemas are required",
-                ));
+                )),
+                Some(schema) => {
+                    let value = serde_json::to_value(schema).unwrap_or_default();
+                    errs.extend(crate::crd::structural::validate_schema(
+                        &value,
+                        &vp.child("schema").child("openAPIV3Schema"),
+                    ));
+                }
             }
         }
         if let Some(c) = &spec.conversion

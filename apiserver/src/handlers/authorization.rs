@@ -37,8 +37,13 @@ pub struct ReviewEndpoint {
 }
 
 fn info(kind: &str, plural: &str) -> ResourceInfo {
+    review_info(GROUP, kind, plural)
+}
+
+/// A cluster-scoped review kind of `group`/v1 whose only verb is `create`.
+pub(crate) fn review_info(group: &str, kind: &str, plural: &str) -> ResourceInfo {
     ResourceInfo {
-        group: GROUP.into(),
+        group: group.into(),
         version: "v1".into(),
         kind: kind.into(),
         list_kind: format!("{kind}List"),
@@ -122,36 +127,50 @@ fn allowed() -> SubjectAccessReviewStatus {
     }
 }
 
+/// A review's body, decoded as `info`'s kind.
+pub(crate) fn decode_review<T: serde::de::DeserializeOwned + serde::Serialize>(
+    info: &ResourceInfo,
+    req: &ApiRequest,
+) -> Result<(T, Vec<String>), ApiError> {
+    codec::decode_body(
+        req.content_type(),
+        &req.body,
+        &info.kind,
+        &info.api_version(),
+        false,
+        req.field_validation()?,
+        |_| {},
+    )
+}
+
+/// Reviews are only created, at the collection's cluster-scoped path.
+pub(crate) fn check_review_create(info: &ResourceInfo, req: &ApiRequest) -> Result<(), ApiError> {
+    let t = &req.target;
+    if t.namespace.is_some() || t.subresource.is_some() {
+        return Err(ApiError::path_not_found());
+    }
+    let target = Target {
+        group: &info.group,
+        resource: &info.plural,
+        name: t.name.as_deref().unwrap_or_default(),
+    };
+    if t.verb != Verb::Create || t.name.is_some() {
+        return Err(ApiError::method_not_supported(target, t.verb.as_str()));
+    }
+    req.dry_run()?;
+    Ok(())
+}
+
 impl ReviewEndpoint {
     fn decode<T: serde::de::DeserializeOwned + serde::Serialize>(
         &self,
         req: &ApiRequest,
     ) -> Result<(T, Vec<String>), ApiError> {
-        codec::decode_body(
-            req.content_type(),
-            &req.body,
-            &self.info.kind,
-            &self.info.api_version(),
-            false,
-            req.field_validation()?,
-            |_| {},
-        )
+        decode_review(&self.info, req)
     }
 
     async fn dispatch(&self, req: &ApiRequest) -> Result<Response, ApiError> {
-        let t = &req.target;
-        if t.namespace.is_some() || t.subresource.is_some() {
-            return Err(ApiError::path_not_found());
-        }
-        let target = Target {
-            group: GROUP,
-            resource: &self.info.plural,
-            name: t.name.as_deref().unwrap_or_default(),
-        };
-        if t.verb != Verb::Create || t.name.is_some() {
-            return Err(ApiError::method_not_supported(target, t.verb.as_str()));
-        }
-        req.dry_run()?;
+        check_review_create(&self.info, req)?;
         let kind = self.info.kind.as_str();
         let invalid = |errors: Vec<FieldError>| ApiError::invalid(kind, GROUP, "", &errors);
         let (resp, warnings) = match self.review {

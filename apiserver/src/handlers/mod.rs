@@ -1,6 +1,7 @@
 //! HTTP routing: health, version, metrics, discovery and OpenAPI endpoints, and the dispatcher
 //! that hands every `/api` and `/apis` resource request to the resource's endpoint.
 
+pub mod authentication;
 pub mod authorization;
 pub mod codec;
 pub mod connect;
@@ -11,6 +12,7 @@ pub mod pods;
 pub mod render;
 pub mod request;
 pub mod resource;
+pub mod serviceaccounts;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -161,12 +163,18 @@ async fn api(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
         .get::<UserInfo>()
         .cloned()
         .unwrap_or_else(UserInfo::anonymous);
+    let extra = parts
+        .extensions
+        .get::<auth::UserExtra>()
+        .map(|e| e.0.clone())
+        .unwrap_or_default();
     let req = ApiRequest {
         target: r,
         query,
         headers: parts.headers,
         body,
         user,
+        extra,
     };
     let resp = endpoint.serve(req).instrument(span.clone()).await;
     let code = resp.status().as_u16().to_string();

@@ -37,6 +37,8 @@ pub struct ApiRequest {
     pub headers: HeaderMap,
     pub body: Bytes,
     pub user: UserInfo,
+    /// The user's extra attributes.
+    pub extra: crate::auth::Extra,
 }
 
 impl ApiRequest {

@@ -733,10 +733,15 @@ impl<S: Strategy> GenericRegistry<S> {
             // Mutating admission after field tracking, as upstream's create handler orders
             // them: what admission adds is owned by no manager.
             self.strategy.admit(&mut candidate);
-            if dry_run {
-                return Ok(candidate);
-            }
             let key = self.key(self.strategy.meta(&candidate).namespace.as_deref(), &name);
+            if dry_run {
+                // As upstream's dry-run storage: a create that would collide says so.
+                return match self.store.get(&key).await {
+                    Ok(None) => Ok(candidate),
+                    Ok(Some(kv)) => Err(self.already_exists(&name, Some(&kv))),
+                    Err(e) => Err(self.store_error(&name, e)),
+                };
+            }
             let value = self.encode(&candidate)?;
             match self.store.create(&key, value).await {
                 Ok(kv) => {
@@ -759,18 +764,23 @@ impl<S: Strategy> GenericRegistry<S> {
                 }
                 Err(StoreError::AlreadyExists(_)) => {
                     let existing = self.store.get(&key).await.ok().flatten();
-                    let mut e = ApiError::already_exists(self.target(&name));
-                    if existing
-                        .and_then(|kv| self.decode(&kv).ok())
-                        .is_some_and(|o| self.strategy.meta(&o).deletion_timestamp.is_some())
-                    {
-                        e.message = format!("object is being deleted: {}", e.message);
-                    }
-                    return Err(e);
+                    return Err(self.already_exists(&name, existing.as_ref()));
                 }
                 Err(e) => return Err(self.store_error(&name, e)),
             }
         }
+    }
+
+    /// 409 AlreadyExists for `name`, saying so when the `existing` object is being deleted.
+    fn already_exists(&self, name: &str, existing: Option<&KeyValue>) -> ApiError {
+        let mut e = ApiError::already_exists(self.target(name));
+        if existing
+            .and_then(|kv| self.decode(kv).ok())
+            .is_some_and(|o| self.strategy.meta(&o).deletion_timestamp.is_some())
+        {
+            e.message = format!("object is being deleted: {}", e.message);
+        }
+        e
     }
 
     /// A patched object keeps the name and namespace of the URL (upstream's `checkName`).
