@@ -92,6 +92,7 @@ impl ApiServer {
             endpoints: RwLock::new(BTreeMap::new()),
         });
         builtin::register(&server);
+        crate::handlers::metrics_api::register(&server);
         server
     }
 

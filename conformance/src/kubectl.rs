@@ -109,6 +109,10 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "exec" => exec,
     "cp" => cp,
     "port-forward" => port_forward,
+    "attach" => attach,
+    "logs-previous" => logs_previous,
+    "top-node" => top_node,
+    "top-pod" => top_pod,
     "errors" => errors,
     "cluster-dns" => cluster_dns,
     "ingress" => ingress,
@@ -528,20 +532,7 @@ impl Ctx {
     /// port-forward), placed on the cluster's first ready node (there is no scheduler): `main`
     /// prints `started`, then `tick N` every second; `web` serves `/index.html` on 8080.
     async fn workload(&self) -> anyhow::Result<Pod> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = nodes
-            .list(&Default::default())
-            .await?
-            .items
-            .into_iter()
-            .find(|n| {
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .and_then(|n| n.metadata.name)
-            .context("no ready node to run a pod on")?;
+        let node = self.ready_node().await?;
         self.ensure::<Pod>(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": WORKLOAD, "labels": {"app": "workload"}},
@@ -581,6 +572,68 @@ impl Ctx {
         )
         .await
     }
+}
+
+impl Ctx {
+    /// The cluster's first ready node that runs a kubelet (hollow nodes advertise none).
+    async fn ready_node(&self) -> anyhow::Result<String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|n| {
+                let status = n.status.as_ref();
+                status
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                    && status
+                        .and_then(|s| s.daemon_endpoints.as_ref())
+                        .and_then(|d| d.kubelet_endpoint.as_ref())
+                        .is_some_and(|e| e.port > 0)
+            })
+            .and_then(|n| n.metadata.name)
+            .context("no ready node to run a pod on")
+    }
+
+    /// Creates the pod `manifest` on the first ready node and waits until `until` holds.
+    async fn pod_until(
+        &self,
+        mut manifest: Value,
+        what: &str,
+        until: impl Fn(&Pod) -> bool,
+    ) -> anyhow::Result<Pod> {
+        manifest["spec"]["nodeName"] = self.ready_node().await?.into();
+        let name = manifest["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        self.ensure::<Pod>(manifest).await?;
+        let api = self.api::<Pod>();
+        eventually(Duration::from_secs(90), what, || async {
+            let pod = api.get(&name).await?;
+            ensure!(until(&pod), "not yet: {:?}", pod.status);
+            Ok(pod)
+        })
+        .await
+    }
+}
+
+/// The statuses of a pod's containers.
+fn container_statuses(pod: &Pod) -> Vec<k8s_openapi::api::core::v1::ContainerStatus> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default()
+}
+
+fn all_running(pod: &Pod) -> bool {
+    let statuses = container_statuses(pod);
+    !statuses.is_empty()
+        && statuses
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
 }
 
 const WORKLOAD: &str = "workload";
@@ -3152,6 +3205,222 @@ async fn port_forward(c: &Ctx) -> anyhow::Result<()> {
     .await;
     let _ = child.kill().await;
     result
+}
+
+/// Reads `stdout` lines until `done` holds for the lines seen, for at most `limit`.
+async fn read_until(
+    stdout: tokio::process::ChildStdout,
+    limit: Duration,
+    done: impl Fn(&[String]) -> bool,
+) -> anyhow::Result<Vec<String>> {
+    let mut lines = BufReader::new(stdout).lines();
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(limit, async {
+        while !done(&seen) {
+            match lines.next_line().await? {
+                Some(l) => seen.push(l),
+                None => bail!("the output ended"),
+            }
+        }
+        Ok(())
+    })
+    .await;
+    match read {
+        Ok(Ok(())) => Ok(seen),
+        Ok(Err(e)) => Err(e.context(format!("after {seen:?}"))),
+        Err(_) => bail!("not within {limit:?}; seen {seen:?}"),
+    }
+}
+
+/// `kubectl attach`: what a running container prints from then on, and with `-i` what it
+/// echoes of the attached stdin.
+async fn attach(c: &Ctx) -> anyhow::Result<()> {
+    c.workload().await?;
+    let mut child = c
+        .command(&["attach", WORKLOAD, "-c", "main"], &[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let ticks = read_until(
+        child.stdout.take().context("stdout")?,
+        Duration::from_secs(20),
+        |seen| seen.len() >= 2,
+    )
+    .await;
+    let _ = child.kill().await;
+    let ticks = ticks.context("kubectl attach")?;
+    ensure!(
+        ticks.iter().all(|t| t.starts_with("tick ")),
+        "attached: {ticks:?}"
+    );
+    c.pod_until(
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "attach-cat"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "cat", "image": "busybox:1.36", "command": ["cat"],
+                    "stdin": true}]
+            }
+        }),
+        "attach-cat to run",
+        all_running,
+    )
+    .await?;
+    let mut child = c
+        .command(&["attach", "-i", "attach-cat", "-c", "cat"], &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    // Sent until the echo shows: kubectl may not have attached when the first line goes.
+    let echoed = async {
+        let reading = read_until(stdout, Duration::from_secs(30), |seen| {
+            seen.iter().any(|l| l == "from-stdin")
+        });
+        let writing = async {
+            for _ in 0..30 {
+                stdin.write_all(b"from-stdin\n").await?;
+                stdin.flush().await?;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            anyhow::Ok(())
+        };
+        tokio::select! {
+            r = reading => r,
+            w = writing => Err(anyhow!("kubectl attach -i echoed nothing: {w:?}")),
+        }
+    }
+    .await;
+    let _ = child.kill().await;
+    echoed.context("kubectl attach -i")?;
+    cleanup(&c.api::<Pod>(), &["attach-cat"]).await;
+    Ok(())
+}
+
+/// `kubectl logs --previous` after a restart: the container counts its runs in an emptyDir,
+/// fails the first and stays up in the second, so the previous instance printed `run 1`.
+async fn logs_previous(c: &Ctx) -> anyhow::Result<()> {
+    c.pod_until(
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "restarter"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "restartPolicy": "Always",
+                "volumes": [{"name": "state", "emptyDir": {}}],
+                "containers": [{"name": "c", "image": "busybox:1.36",
+                    "volumeMounts": [{"name": "state", "mountPath": "/state"}],
+                    "command": ["sh", "-c",
+                        "n=$(cat /state/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /state/n; echo run $n; if [ $n -ge 2 ]; then exec sleep 3600; fi; exit 1"]}]
+            }
+        }),
+        "restarter to restart once and run",
+        |p| all_running(p) && container_statuses(p).iter().all(|s| s.restart_count >= 1),
+    )
+    .await?;
+    let previous = c
+        .eventually_ok(
+            &["logs", "restarter", "--previous"],
+            Duration::from_secs(20),
+        )
+        .await?;
+    ensure!(previous == "run 1\n", "logs --previous: {previous:?}");
+    let current = c
+        .eventually_ok(&["logs", "restarter"], Duration::from_secs(20))
+        .await?;
+    ensure!(current == "run 2\n", "logs: {current:?}");
+    cleanup(&c.api::<Pod>(), &["restarter"]).await;
+    Ok(())
+}
+
+/// Whether `s` is a quantity as kubectl top prints it: digits then `unit`.
+fn top_value(s: &str, unit: &str) -> bool {
+    s.strip_suffix(unit)
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `kubectl top node`: the metrics.k8s.io API the API server serves, with kubectl's columns.
+async fn top_node(c: &Ctx) -> anyhow::Result<()> {
+    let node = c.ready_node().await?;
+    let out = c
+        .eventually_ok(&["top", "node"], Duration::from_secs(30))
+        .await?;
+    let h = header(&out);
+    ensure!(
+        h.len() == 5
+            && h[0] == "NAME"
+            && h[1] == "CPU(cores)"
+            && matches!(h[2], "CPU%" | "CPU(%)")
+            && h[3] == "MEMORY(bytes)"
+            && matches!(h[4], "MEMORY%" | "MEMORY(%)"),
+        "header: {out}"
+    );
+    let r = row(&out, &node)?;
+    ensure!(
+        r.len() == 5
+            && top_value(r[1], "m")
+            && top_value(r[2], "%")
+            && top_value(r[3], "Mi")
+            && top_value(r[4], "%"),
+        "row: {r:?}"
+    );
+    let one = c.ok(&["top", "node", &node, "--no-headers"]).await?;
+    ensure!(one.lines().count() == 1 && one.starts_with(&node), "{one}");
+    let err = c.fails(&["top", "node", "no-such-node"]).await?;
+    contains(&err, "NotFound")?;
+    contains(&err, "no-such-node")?;
+    Ok(())
+}
+
+/// `kubectl top pod`: one pod, its containers, by label, and across namespaces.
+async fn top_pod(c: &Ctx) -> anyhow::Result<()> {
+    c.workload().await?;
+    let out = c
+        .eventually_ok(&["top", "pod", WORKLOAD], Duration::from_secs(30))
+        .await?;
+    ensure!(
+        header(&out) == ["NAME", "CPU(cores)", "MEMORY(bytes)"],
+        "header: {out}"
+    );
+    let r = row(&out, WORKLOAD)?;
+    ensure!(
+        r.len() == 3 && top_value(r[1], "m") && top_value(r[2], "Mi"),
+        "row: {r:?}"
+    );
+    let out = c
+        .ok(&["top", "pod", "-l", "app=workload", "--containers"])
+        .await?;
+    ensure!(
+        header(&out) == ["POD", "NAME", "CPU(cores)", "MEMORY(bytes)"],
+        "header: {out}"
+    );
+    let mut containers: Vec<&str> = rows(&out)
+        .iter()
+        .skip(1)
+        .filter(|r| r.first() == Some(&WORKLOAD))
+        .filter_map(|r| r.get(1).copied())
+        .collect();
+    containers.sort();
+    ensure!(containers == ["main", "web"], "containers: {out}");
+    let all = c.ok(&["top", "pod", "-A"]).await?;
+    ensure!(
+        header(&all) == ["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"],
+        "header: {all}"
+    );
+    ensure!(
+        rows(&all)
+            .iter()
+            .any(|r| r.first() == Some(&c.ns.as_str()) && r.get(1) == Some(&WORKLOAD)),
+        "-A: {all}"
+    );
+    let err = c.fails(&["top", "pod", "no-such-pod"]).await?;
+    contains(&err, "NotFound")?;
+    contains(&err, "no-such-pod")?;
+    Ok(())
 }
 
 /// Bad input fails with the server's message, not a crash or a hang.

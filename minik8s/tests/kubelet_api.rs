@@ -163,46 +163,41 @@ fn shims_of(socket: &Path) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Deletes every pod through the API and waits until they are gone: the kubelet removes a
-/// pod's containers before it lets the API forget it. Returns the UIDs of the pods.
+/// Deletes every pod through the API and waits, with a watch per pod, until they are gone:
+/// the kubelet removes a pod's containers before it lets the API forget it. Returns the UIDs
+/// of the pods, or `None` when the API failed or a pod outlived a minute.
 async fn delete_pods(kubeconfig: &Path) -> Option<Vec<String>> {
+    use kube::runtime::wait::{await_condition, conditions};
     let client = kube_client(kubeconfig).await.ok()?;
-    let pods: Api<Pod> = Api::all(client.clone());
+    let list = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .ok()?;
+    let mut waits = Vec::new();
     let mut uids = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let list = pods.list(&ListParams::default()).await.ok()?;
-        if list.items.is_empty() {
-            return Some(uids);
+    for p in list.items {
+        let (Some(name), Some(uid)) = (p.metadata.name.clone(), p.metadata.uid.clone()) else {
+            continue;
+        };
+        let ns: Api<Pod> = Api::namespaced(
+            client.clone(),
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        if p.metadata.deletion_timestamp.is_none() {
+            let params = DeleteParams {
+                grace_period_seconds: Some(1),
+                ..Default::default()
+            };
+            let _ = ns.delete(&name, &params).await;
         }
-        for p in list.items {
-            if let Some(uid) = &p.metadata.uid
-                && !uids.contains(uid)
-            {
-                uids.push(uid.clone());
-            }
-            if p.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let ns: Api<Pod> = Api::namespaced(
-                client.clone(),
-                p.metadata.namespace.as_deref().unwrap_or("default"),
-            );
-            let _ = ns
-                .delete(
-                    p.metadata.name.as_deref().unwrap_or_default(),
-                    &DeleteParams {
-                        grace_period_seconds: Some(1),
-                        ..Default::default()
-                    },
-                )
-                .await;
-        }
-        if std::time::Instant::now() > deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        waits.push(async move { await_condition(ns, &name, conditions::is_deleted(&uid)).await });
+        uids.push(p.metadata.uid.unwrap_or_default());
     }
+    let all_gone = futures::future::join_all(waits);
+    let done = tokio::time::timeout(Duration::from_secs(60), all_gone)
+        .await
+        .ok()?;
+    done.into_iter().all(|r| r.is_ok()).then_some(uids)
 }
 
 impl Drop for Cluster {

@@ -46,7 +46,7 @@ pub async fn serve(server: &Arc<ApiServer>, r: ResourceRequest, req: Request) ->
     result.unwrap_or_else(|e| status_response(&e))
 }
 
-fn registry<K: minik8s_api::strategy::Kind>(
+pub(crate) fn registry<K: minik8s_api::strategy::Kind>(
     server: &ApiServer,
     plural: &str,
 ) -> GenericRegistry<BuiltIn<K>> {
@@ -57,7 +57,7 @@ fn registry<K: minik8s_api::strategy::Kind>(
     GenericRegistry::new(BuiltIn::<K>::new(info), server.store.clone())
 }
 
-fn client(server: &ApiServer) -> Result<&KubeletClient, ApiError> {
+pub(crate) fn client(server: &ApiServer) -> Result<&KubeletClient, ApiError> {
     server
         .kubelet
         .get()
@@ -253,7 +253,7 @@ fn seg(s: &str) -> String {
 }
 
 /// A kubelet's non-success answer as a Status (upstream's GenericHttpResponseChecker).
-async fn kubelet_failure(resp: http::Response<hyper::body::Incoming>) -> ApiError {
+pub(crate) async fn kubelet_failure(resp: http::Response<hyper::body::Incoming>) -> ApiError {
     let code = resp.status().as_u16();
     let body = match tokio::time::timeout(
         std::time::Duration::from_secs(5),

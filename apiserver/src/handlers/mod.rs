@@ -6,6 +6,7 @@ pub mod authorization;
 pub mod codec;
 pub mod connect;
 pub mod discovery;
+pub mod metrics_api;
 pub mod namespaces;
 pub mod openapi;
 pub mod pods;
