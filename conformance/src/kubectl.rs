@@ -3695,6 +3695,9 @@ async fn ingress(c: &Ctx) -> anyhow::Result<()> {
     ingress_answers(&a, "/", 200, "from-b").await?;
     c.ok(&["delete", "ingress", "web"]).await?;
     ingress_answers(&a, "/", 404, "default backend - 404").await?;
+    Ok(())
+}
+
 /// The part of a JWT that holds its claims.
 fn jwt_claims(token: &str) -> anyhow::Result<Value> {
     use base64::Engine;
