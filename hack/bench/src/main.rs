@@ -7,6 +7,7 @@ mod api;
 mod h2;
 mod pods;
 mod proc;
+mod proxy;
 mod scale;
 mod stats;
 
@@ -33,6 +34,8 @@ enum Command {
     Pods(pods::PodsArgs),
     /// Control-plane scale with hollow nodes: scheduling rate, time to Running, API latency, RSS.
     Scale(scale::ScaleArgs),
+    /// The iptables proxier at 1k and 10k Services in a network namespace: full sync, one change.
+    Proxy(proxy::ProxyArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -90,6 +93,7 @@ fn main() -> anyhow::Result<()> {
             Command::Api(args) => api::run(args).await,
             Command::Pods(args) => pods::run(args).await,
             Command::Scale(args) => scale::run(args).await,
+            Command::Proxy(args) => proxy::run(args).await,
         }
     })
 }

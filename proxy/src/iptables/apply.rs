@@ -5,10 +5,13 @@
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::Error;
-use super::render::{FILTER_CHAINS, NAT_CHAINS, SERVICE_CHAIN_PREFIXES, saved_chains};
+use super::render::{
+    FILTER_CHAINS, NAT_CHAINS, Ruleset, SERVICE_CHAIN_PREFIXES, partial_restore, saved_chains,
+};
 
 /// What the proxier needs from iptables.
 pub trait Iptables: Send + Sync {
@@ -329,6 +332,66 @@ pub fn apply(ipt: &dyn Iptables, rendered: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// What one [`Syncer::sync`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncKind {
+    /// Stale chains swept (from iptables-save), the whole ruleset restored, jumps ensured.
+    Full,
+    /// Only the chains that changed since the previous sync were restored.
+    Partial,
+    /// Nothing changed since the previous sync; iptables was not run.
+    Unchanged,
+}
+
+/// The proxier's memory between syncs: the ruleset the last successful sync put in the kernel,
+/// so that the next one rewrites only the chains that changed. With 10,000 Services a full
+/// restore rewrites some 50,000 rules, which is far too slow for every endpoint change (upstream
+/// does partial syncs for the same reason). A full sync runs first, after any failure (the
+/// kernel's state is then unknown), and once per `full_every`, which also repairs rules someone
+/// else changed; upstream does full syncs hourly and watches canary chains for flushes instead.
+pub struct Syncer {
+    ipt: Arc<dyn Iptables>,
+    full_every: Duration,
+    applied: Option<Ruleset>,
+    last_full: Option<Instant>,
+}
+
+impl Syncer {
+    pub fn new(ipt: Arc<dyn Iptables>, full_every: Duration) -> Syncer {
+        Syncer {
+            ipt,
+            full_every,
+            applied: None,
+            last_full: None,
+        }
+    }
+
+    /// Puts `next` into the kernel, partially when the previous sync's result can be trusted.
+    pub fn sync(&mut self, next: Ruleset) -> Result<SyncKind, Error> {
+        let full_due = self
+            .last_full
+            .is_none_or(|t| t.elapsed() >= self.full_every);
+        // Taken, so that a failure below leaves nothing to diff against: the next sync is full.
+        let applied = self.applied.take();
+        let kind = match applied {
+            Some(applied) if !full_due => match partial_restore(&applied, &next) {
+                Some(data) => {
+                    self.ipt.restore(&data)?;
+                    SyncKind::Partial
+                }
+                None => SyncKind::Unchanged,
+            },
+            _ => {
+                apply(self.ipt.as_ref(), &next.to_restore())?;
+                self.last_full = Some(Instant::now());
+                SyncKind::Full
+            }
+        };
+        self.applied = Some(next);
+        Ok(kind)
+    }
+}
+
 /// `--cleanup`: removes the jumps and every chain the proxier owns.
 pub fn cleanup(ipt: &dyn Iptables) -> Result<(), Error> {
     for j in JUMPS {
@@ -386,5 +449,101 @@ impl Iptables for FakeIptables {
         let rule = format!("{table} {chain} {}", args.join(" "));
         self.jumps.lock().unwrap().retain(|r| *r != rule);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iptables::render::{ProxyState, render_rules};
+
+    fn state(cluster_ip: &str) -> ProxyState {
+        let svc = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "default", "name": "web"},
+            "spec": {"clusterIP": cluster_ip, "ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        ProxyState {
+            services: vec![svc],
+            ..ProxyState::default()
+        }
+    }
+
+    #[test]
+    fn syncer_restores_everything_first_then_only_changes() {
+        let fake = Arc::new(FakeIptables::default());
+        let mut syncer = Syncer::new(fake.clone(), Duration::from_secs(3600));
+        let first = render_rules(&state("10.96.0.1"));
+        assert_eq!(syncer.sync(first.clone()).unwrap(), SyncKind::Full);
+        assert_eq!(fake.restored.lock().unwrap()[0], first.to_restore());
+        assert_eq!(fake.jumps.lock().unwrap().len(), JUMPS.len());
+
+        assert_eq!(syncer.sync(first.clone()).unwrap(), SyncKind::Unchanged);
+        assert_eq!(fake.restored.lock().unwrap().len(), 1);
+
+        let second = render_rules(&state("10.96.0.2"));
+        assert_eq!(syncer.sync(second.clone()).unwrap(), SyncKind::Partial);
+        let restored = fake.restored.lock().unwrap();
+        assert_eq!(restored.len(), 2);
+        assert_eq!(
+            Some(restored[1].clone()),
+            partial_restore(&first, &second),
+            "the partial restore is the diff against what was applied"
+        );
+    }
+
+    #[test]
+    fn syncer_is_full_again_when_due() {
+        let fake = Arc::new(FakeIptables::default());
+        let mut syncer = Syncer::new(fake.clone(), Duration::ZERO);
+        let rules = render_rules(&state("10.96.0.1"));
+        assert_eq!(syncer.sync(rules.clone()).unwrap(), SyncKind::Full);
+        assert_eq!(syncer.sync(rules.clone()).unwrap(), SyncKind::Full);
+        assert_eq!(fake.restored.lock().unwrap().len(), 2);
+    }
+
+    /// Forwards to `fake`, except that restores fail while `failing` is set.
+    struct Switch {
+        fake: Arc<FakeIptables>,
+        failing: Mutex<bool>,
+    }
+
+    impl Iptables for Switch {
+        fn restore(&self, data: &str) -> Result<(), Error> {
+            if *self.failing.lock().unwrap() {
+                return Err(Error::Failed("iptables-restore".into(), "boom".into()));
+            }
+            self.fake.restore(data)
+        }
+        fn save(&self, table: &str) -> Result<String, Error> {
+            self.fake.save(table)
+        }
+        fn check(&self, table: &str, chain: &str, args: &[&str]) -> Result<bool, Error> {
+            self.fake.check(table, chain, args)
+        }
+        fn insert(&self, table: &str, chain: &str, args: &[&str]) -> Result<(), Error> {
+            self.fake.insert(table, chain, args)
+        }
+        fn delete(&self, table: &str, chain: &str, args: &[&str]) -> Result<(), Error> {
+            self.fake.delete(table, chain, args)
+        }
+    }
+
+    #[test]
+    fn a_failed_sync_makes_the_next_one_full() {
+        let fake = Arc::new(FakeIptables::default());
+        let switch = Arc::new(Switch {
+            fake: fake.clone(),
+            failing: Mutex::new(false),
+        });
+        let mut syncer = Syncer::new(switch.clone(), Duration::from_secs(3600));
+        let first = render_rules(&state("10.96.0.1"));
+        let second = render_rules(&state("10.96.0.2"));
+        assert_eq!(syncer.sync(first).unwrap(), SyncKind::Full);
+        *switch.failing.lock().unwrap() = true;
+        assert!(syncer.sync(second.clone()).is_err());
+        *switch.failing.lock().unwrap() = false;
+        assert_eq!(syncer.sync(second.clone()).unwrap(), SyncKind::Full);
+        assert_eq!(fake.restored.lock().unwrap()[1], second.to_restore());
     }
 }

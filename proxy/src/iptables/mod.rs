@@ -1,7 +1,8 @@
 //! kube-proxy's iptables mode. Watches of Services and EndpointSlices only mark the state dirty;
 //! a bounded-frequency runner then renders the whole ruleset from the caches and applies it with
 //! one `iptables-restore`, at most once per `min_sync_period` and at least once per
-//! `sync_period` (which also repairs rules someone else removed).
+//! `sync_period`. Only the chains that changed since the previous sync are restored; the whole
+//! ruleset once per `sync_period` (which also repairs rules someone else removed).
 
 pub mod apply;
 pub mod render;
@@ -13,8 +14,8 @@ use std::time::Duration;
 use crate::cache::Caches;
 use tracing::Instrument;
 
-pub use apply::{CommandIptables, FakeIptables, Iptables};
-pub use render::{ProxyConfig, ProxyState, render};
+pub use apply::{CommandIptables, FakeIptables, Iptables, SyncKind, Syncer};
+pub use render::{ProxyConfig, ProxyState, Ruleset, render, render_rules};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -57,22 +58,28 @@ pub async fn run(
         _ = tokio::time::sleep(Duration::from_secs(300)) => return Err(crate::cache::NotReady.into()),
     }
     let trigger = caches.changed.clone();
+    let syncer = Arc::new(std::sync::Mutex::new(apply::Syncer::new(ipt, periods.max)));
     runner::bounded_frequency(periods, trigger, shutdown, || {
         let state = ProxyState {
             config: config.clone(),
             services: caches.services(),
             slices: caches.slices(),
         };
-        let ipt = ipt.clone();
+        let syncer = syncer.clone();
         let span = tracing::info_span!("sync_proxy_rules", services = state.services.len());
         async move {
             let started = std::time::Instant::now();
-            let rendered = render(&state);
-            let result = tokio::task::spawn_blocking(move || apply::apply(ipt.as_ref(), &rendered))
-                .await
-                .unwrap_or_else(|e| Err(Error::Failed("sync".into(), e.to_string())));
+            // Rendering 10,000 Services takes long enough to stall other tasks: off the runtime.
+            let result = tokio::task::spawn_blocking(move || {
+                let rules = render_rules(&state);
+                let mut syncer = syncer.lock().unwrap_or_else(|e| e.into_inner());
+                syncer.sync(rules)
+            })
+            .await
+            .unwrap_or_else(|e| Err(Error::Failed("sync".into(), e.to_string())));
             match result {
-                Ok(()) => tracing::debug!(
+                Ok(kind) => tracing::debug!(
+                    ?kind,
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "synced iptables rules"
                 ),

@@ -3,14 +3,14 @@
 //! and match order follow kube-proxy's iptables mode (`pkg/proxy/iptables/proxier.go`), so
 //! anyone who knows `iptables-save` output of a Kubernetes node can read ours.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use sha2::{Digest, Sha256};
 
-use crate::endpoints::{Endpoint, is_headless, port_endpoints, service_key, slices_of};
+use crate::endpoints::{Endpoint, SERVICE_NAME_LABEL, is_headless, port_endpoints, service_key};
 
 /// The mark bit kube-proxy uses for "masquerade this" (`--iptables-masquerade-bit` 14).
 pub const MASQ_MARK: &str = "0x4000";
@@ -76,31 +76,38 @@ fn hashed(prefix: &str, input: &str) -> String {
     format!("{prefix}{}", &encoded[..16])
 }
 
-/// One table: chains in the order declared, rules grouped per chain in the order written.
+/// One table being rendered: chains in the order declared, each with its rules in the order
+/// written. The index keeps declaring and appending O(1) with tens of thousands of chains.
 struct Table {
     name: &'static str,
-    chains: Vec<String>,
-    rules: Vec<(usize, String)>,
+    chains: Vec<(String, Vec<String>)>,
+    index: HashMap<String, usize>,
 }
 
 impl Table {
     fn new(name: &'static str, chains: &[&str]) -> Table {
-        Table {
+        let mut t = Table {
             name,
-            chains: chains.iter().map(|c| c.to_string()).collect(),
-            rules: Vec::new(),
+            chains: Vec::new(),
+            index: HashMap::new(),
+        };
+        for c in chains {
+            t.chain(c);
         }
+        t
     }
 
-    fn chain(&mut self, chain: &str) {
-        if !self.chains.iter().any(|c| c == chain) {
-            self.chains.push(chain.to_string());
+    fn chain(&mut self, chain: &str) -> usize {
+        if let Some(&i) = self.index.get(chain) {
+            return i;
         }
+        self.chains.push((chain.to_string(), Vec::new()));
+        self.index.insert(chain.to_string(), self.chains.len() - 1);
+        self.chains.len() - 1
     }
 
     fn rule(&mut self, chain: &str, args: &[&str]) {
-        self.chain(chain);
-        let index = self.chains.iter().position(|c| c == chain).unwrap_or(0);
+        let index = self.chain(chain);
         let mut line = format!("-A {chain}");
         let mut iter = args.iter();
         while let Some(arg) = iter.next() {
@@ -113,22 +120,133 @@ impl Table {
                 line.push_str(&quote(comment));
             }
         }
-        self.rules.push((index, line));
+        self.chains[index].1.push(line);
     }
 
+    fn finish(self) -> RenderedTable {
+        RenderedTable {
+            name: self.name,
+            chains: self.chains,
+        }
+    }
+}
+
+/// The rendered rules of one table: every chain the proxier owns there, in declaration order,
+/// with its complete list of `-A` lines.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RenderedTable {
+    pub name: &'static str,
+    pub chains: Vec<(String, Vec<String>)>,
+}
+
+impl RenderedTable {
     fn write(&self, out: &mut String) {
         let _ = writeln!(out, "*{}", self.name);
-        for c in &self.chains {
+        for (c, _) in &self.chains {
             let _ = writeln!(out, ":{c} - [0:0]");
         }
-        for i in 0..self.chains.len() {
-            for (_, line) in self.rules.iter().filter(|(c, _)| *c == i) {
+        for (_, rules) in &self.chains {
+            for line in rules {
                 out.push_str(line);
                 out.push('\n');
             }
         }
         out.push_str("COMMIT\n");
     }
+}
+
+/// The whole ruleset (filter, then nat), kept structured so a sync can compare it chain by
+/// chain with what it applied last and rewrite only what changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ruleset {
+    pub tables: Vec<RenderedTable>,
+}
+
+impl Ruleset {
+    /// The complete ruleset in iptables-restore format.
+    pub fn to_restore(&self) -> String {
+        let mut out = String::with_capacity(self.tables.iter().map(table_size).sum());
+        for t in &self.tables {
+            t.write(&mut out);
+        }
+        out
+    }
+
+    /// Rules (`-A` lines) and chains in all tables.
+    pub fn counts(&self) -> (usize, usize) {
+        let chains = self.tables.iter().map(|t| t.chains.len()).sum();
+        let rules = self
+            .tables
+            .iter()
+            .flat_map(|t| &t.chains)
+            .map(|(_, r)| r.len())
+            .sum();
+        (chains, rules)
+    }
+}
+
+fn table_size(t: &RenderedTable) -> usize {
+    t.chains
+        .iter()
+        .map(|(c, rules)| c.len() + 10 + rules.iter().map(|r| r.len() + 1).sum::<usize>())
+        .sum::<usize>()
+        + 32
+}
+
+/// What a partial sync must restore to get from `applied` (the ruleset the previous sync put in
+/// the kernel) to `next`: only the chains whose rules changed or that are new are declared
+/// (which flushes them) and rewritten, service chains that disappeared are flushed and deleted,
+/// and every other chain is left alone (`--noflush`). Tables without changes are left out;
+/// `None` when nothing changed at all. Upstream's partial sync is coarser (it always rewrites
+/// the static chains such as KUBE-SERVICES and skips only unchanged services' chains) but rests
+/// on the same premise: the kernel still holds what the previous sync wrote.
+pub fn partial_restore(applied: &Ruleset, next: &Ruleset) -> Option<String> {
+    let mut out = String::new();
+    for table in &next.tables {
+        let before: HashMap<&str, &Vec<String>> = applied
+            .tables
+            .iter()
+            .filter(|t| t.name == table.name)
+            .flat_map(|t| &t.chains)
+            .map(|(c, r)| (c.as_str(), r))
+            .collect();
+        let changed: Vec<&(String, Vec<String>)> = table
+            .chains
+            .iter()
+            .filter(|(c, rules)| before.get(c.as_str()) != Some(&rules))
+            .collect();
+        let kept: BTreeSet<&str> = table.chains.iter().map(|(c, _)| c.as_str()).collect();
+        let stale: Vec<&str> = before
+            .keys()
+            .copied()
+            .filter(|c| {
+                !kept.contains(c) && SERVICE_CHAIN_PREFIXES.iter().any(|p| c.starts_with(p))
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if changed.is_empty() && stale.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "*{}", table.name);
+        for (c, _) in &changed {
+            let _ = writeln!(out, ":{c} - [0:0]");
+        }
+        for c in &stale {
+            let _ = writeln!(out, ":{c} - [0:0]");
+        }
+        for (_, rules) in &changed {
+            for line in rules {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        for c in &stale {
+            let _ = writeln!(out, "-X {c}");
+        }
+        out.push_str("COMMIT\n");
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// iptables-save quotes a comment that has spaces.
@@ -140,8 +258,13 @@ fn quote(comment: &str) -> String {
     }
 }
 
-/// Renders the filter and nat tables for `state`.
+/// Renders the filter and nat tables for `state` in iptables-restore format.
 pub fn render(state: &ProxyState) -> String {
+    render_rules(state).to_restore()
+}
+
+/// Renders the filter and nat tables for `state`, chain by chain.
+pub fn render_rules(state: &ProxyState) -> Ruleset {
     let mut filter = Table::new("filter", &FILTER_CHAINS);
     let mut nat = Table::new("nat", &NAT_CHAINS);
 
@@ -221,13 +344,33 @@ pub fn render(state: &ProxyState) -> String {
     );
     nat.rule("KUBE-MARK-MASQ", &["-j", "MARK", "--or-mark", MASQ_MARK]);
 
+    // Slices by Service once, rather than a scan of all slices per Service.
+    let mut slices: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
+    for slice in &state.slices {
+        let Some(ns) = slice.metadata.namespace.as_deref() else {
+            continue;
+        };
+        if let Some(name) = slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        {
+            slices.entry((ns, name.as_str())).or_default().push(slice);
+        }
+    }
     let mut services: Vec<&Service> = state.services.iter().collect();
     services.sort_by_key(|s| service_key(s));
     for svc in services {
         if is_headless(svc) {
             continue;
         }
-        service_rules(state, svc, &mut filter, &mut nat);
+        let (ns, name) = service_key(svc);
+        let own = slices
+            .get(&(ns.as_str(), name.as_str()))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        service_rules(state, svc, own, &mut filter, &mut nat);
     }
 
     nat.rule(
@@ -246,17 +389,21 @@ pub fn render(state: &ProxyState) -> String {
         ],
     );
 
-    let mut out = String::new();
-    filter.write(&mut out);
-    nat.write(&mut out);
-    out
+    Ruleset {
+        tables: vec![filter.finish(), nat.finish()],
+    }
 }
 
-fn service_rules(state: &ProxyState, svc: &Service, filter: &mut Table, nat: &mut Table) {
+fn service_rules(
+    state: &ProxyState,
+    svc: &Service,
+    slices: &[&EndpointSlice],
+    filter: &mut Table,
+    nat: &mut Table,
+) {
     let (ns, name) = service_key(svc);
     let Some(spec) = &svc.spec else { return };
     let cluster_ip = spec.cluster_ip.as_deref().unwrap_or("");
-    let slices = slices_of(&state.slices, &ns, &name);
     let external_ips: Vec<&str> = spec
         .external_ips
         .iter()
@@ -299,7 +446,7 @@ fn service_rules(state: &ProxyState, svc: &Service, filter: &mut Table, nat: &mu
             .node_port
             .filter(|_| node_port_type)
             .map(|p| p.to_string());
-        let endpoints = port_endpoints(&slices, port_name, protocol);
+        let endpoints = port_endpoints(slices, port_name, protocol);
         let has_external = node_port.is_some() || !external_ips.is_empty() || !lb_ips.is_empty();
 
         if endpoints.is_empty() {
@@ -788,6 +935,107 @@ mod tests {
         assert_eq!(
             endpoint_chain_name("ns1/svc1:p80", "tcp", "10.180.0.1:80"),
             "KUBE-SEP-SXIVWICOYRO3J4NJ"
+        );
+    }
+
+    fn web(ips: &[&str]) -> ProxyState {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "default", "name": "web"},
+            "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        let other: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "default", "name": "other"},
+            "spec": {"clusterIP": "10.96.0.11", "ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        let endpoints: Vec<_> = ips
+            .iter()
+            .map(|ip| serde_json::json!({"addresses": [ip]}))
+            .collect();
+        let slice = |svc: &str, endpoints: serde_json::Value| -> EndpointSlice {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"namespace": "default", "name": format!("{svc}-1"),
+                             "labels": {"kubernetes.io/service-name": svc}},
+                "addressType": "IPv4",
+                "ports": [{"port": 8080}],
+                "endpoints": endpoints,
+            }))
+            .unwrap()
+        };
+        ProxyState {
+            config: ProxyConfig::default(),
+            services: vec![svc, other],
+            slices: vec![
+                slice("web", endpoints.into()),
+                slice("other", serde_json::json!([{"addresses": ["10.244.9.9"]}])),
+            ],
+        }
+    }
+
+    /// The chains a restore declares (and so flushes), per table.
+    fn declared(restore: &str) -> Vec<String> {
+        restore
+            .lines()
+            .filter_map(|l| l.strip_prefix(':'))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn partial_restore_rewrites_only_changed_chains() {
+        let one = render_rules(&web(&["10.244.0.2"]));
+        assert_eq!(partial_restore(&one, &one.clone()), None);
+
+        let two = render_rules(&web(&["10.244.0.2", "10.244.0.3"]));
+        let data = partial_restore(&one, &two).expect("a change");
+        let svc = chain_name("KUBE-SVC-", "default/web", "tcp");
+        let new_sep = endpoint_chain_name("default/web", "tcp", "10.244.0.3:8080");
+        // The filter table did not change; in nat only the Service's chain and the new
+        // endpoint's chain are declared, the old endpoint chain and KUBE-SERVICES stay.
+        assert!(!data.contains("*filter"), "{data}");
+        assert_eq!(
+            declared(&data),
+            vec![svc.clone(), new_sep.clone()],
+            "{data}"
+        );
+        assert!(
+            data.contains(&format!(
+                "-A {svc} -m comment --comment \"default/web -> 10.244.0.3:8080\" -j {new_sep}"
+            )),
+            "{data}"
+        );
+        assert!(!data.contains("-X"), "{data}");
+        // What the kernel gets is what a full restore would have written for those chains.
+        let full = two.to_restore();
+        for line in data.lines().filter(|l| l.starts_with("-A")) {
+            assert!(full.contains(line), "{line}");
+        }
+
+        // Back to one endpoint: the removed endpoint's chain is flushed and deleted.
+        let data = partial_restore(&two, &one).expect("a change");
+        let old_sep = new_sep;
+        assert_eq!(
+            declared(&data),
+            vec![svc.clone(), old_sep.clone()],
+            "{data}"
+        );
+        assert!(data.ends_with(&format!("-X {old_sep}\nCOMMIT\n")), "{data}");
+
+        // No endpoints: KUBE-SERVICES loses its jump, filter gains the REJECT, and every
+        // chain of the Service goes.
+        let none = render_rules(&web(&[]));
+        let data = partial_restore(&one, &none).expect("a change");
+        assert!(data.contains("*filter\n:KUBE-SERVICES - [0:0]\n"), "{data}");
+        assert!(data.contains("has no endpoints"), "{data}");
+        let old_sep = endpoint_chain_name("default/web", "tcp", "10.244.0.2:8080");
+        assert!(data.contains(&format!("-X {svc}\n")), "{data}");
+        assert!(data.contains(&format!("-X {old_sep}\n")), "{data}");
+        let other = chain_name("KUBE-SVC-", "default/other", "tcp");
+        assert!(
+            !declared(&data).contains(&other),
+            "the other Service's chain is untouched: {data}"
         );
     }
 
