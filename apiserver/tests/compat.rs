@@ -111,6 +111,17 @@ async fn service_account_tokens() {
         "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes"
     );
 
+    // client-go sends the Go zero status, whose timestamp is null (or absent in newer kubectl).
+    for status in [
+        json!({"token": "", "expirationTimestamp": null}),
+        json!({"token": ""}),
+    ] {
+        let mut req = token_request(json!({}));
+        req["status"] = status;
+        let (code, tr) = call(&s, Method::POST, TOKEN, None, &[], req).await;
+        assert_eq!(code, StatusCode::CREATED, "{tr}");
+    }
+
     let (code, tr) = call(&s, Method::POST, TOKEN, None, &[], token_request(json!({}))).await;
     assert_eq!(code, StatusCode::CREATED, "{tr}");
     assert_eq!(tr["kind"], "TokenRequest");

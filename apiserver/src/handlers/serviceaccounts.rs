@@ -75,9 +75,10 @@ impl ServiceAccountExtension {
             return Err(ApiError::internal("service account tokens are not set up"));
         };
         req.dry_run()?;
+        let body = without_status(req.content_type(), &req.body);
         let (mut tr, warnings): (TokenRequest, _) = codec::decode_body(
             req.content_type(),
-            &req.body,
+            &body,
             "TokenRequest",
             "authentication.k8s.io/v1",
             false,
@@ -196,5 +197,23 @@ impl ServiceAccountExtension {
             render::write_response(&req.headers, StatusCode::CREATED, &tr),
             &warnings,
         ))
+    }
+}
+
+/// The request body without its `status`: client-go sends the Go zero status (`token: ""`,
+/// `expirationTimestamp: null` or no timestamp at all), which is output only and which upstream
+/// ignores on create; the typed status requires both fields.
+fn without_status(content_type: Option<&str>, body: &bytes::Bytes) -> bytes::Bytes {
+    if content_type.is_some_and(|c| c.contains("protobuf")) {
+        return body.clone();
+    }
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(mut map)) if map.contains_key("status") => {
+            map.remove("status");
+            serde_json::to_vec(&map)
+                .map(bytes::Bytes::from)
+                .unwrap_or_else(|_| body.clone())
+        }
+        _ => body.clone(),
     }
 }
