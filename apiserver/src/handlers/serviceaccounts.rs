@@ -75,15 +75,29 @@ impl ServiceAccountExtension {
             return Err(ApiError::internal("service account tokens are not set up"));
         };
         req.dry_run()?;
-        let body = without_status(req.content_type(), &req.body);
-        let (mut tr, warnings): (TokenRequest, _) = codec::decode_body(
+        // client-go sends the Go zero status (`token: ""`, `expirationTimestamp: null` or, in
+        // protobuf, no timestamp at all); status is output only and upstream ignores it.
+        let mut parsed = codec::parse_body_as(
             req.content_type(),
-            &body,
+            &req.body,
             "TokenRequest",
             "authentication.k8s.io/v1",
             false,
-            req.field_validation()?,
-            |_| {},
+        )?;
+        if let Some(map) = parsed.value.as_object_mut() {
+            map.remove("status");
+        }
+        let validation = if parsed.protobuf {
+            codec::FieldValidation::Ignore
+        } else {
+            req.field_validation()?
+        };
+        let (mut tr, warnings): (TokenRequest, _) = codec::decode_validated(
+            parsed.value,
+            "TokenRequest",
+            "authentication.k8s.io/v1",
+            false,
+            validation,
         )?;
         let expiration = *tr.spec.expiration_seconds.get_or_insert(DEFAULT_EXPIRATION);
         let errs = validate(expiration);
@@ -197,23 +211,5 @@ impl ServiceAccountExtension {
             render::write_response(&req.headers, StatusCode::CREATED, &tr),
             &warnings,
         ))
-    }
-}
-
-/// The request body without its `status`: client-go sends the Go zero status (`token: ""`,
-/// `expirationTimestamp: null` or no timestamp at all), which is output only and which upstream
-/// ignores on create; the typed status requires both fields.
-fn without_status(content_type: Option<&str>, body: &bytes::Bytes) -> bytes::Bytes {
-    if content_type.is_some_and(|c| c.contains("protobuf")) {
-        return body.clone();
-    }
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(serde_json::Value::Object(mut map)) if map.contains_key("status") => {
-            map.remove("status");
-            serde_json::to_vec(&map)
-                .map(bytes::Bytes::from)
-                .unwrap_or_else(|_| body.clone())
-        }
-        _ => body.clone(),
     }
 }
