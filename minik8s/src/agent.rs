@@ -220,18 +220,8 @@ pub async fn kubeconfig_client(
 /// Stops every pod of the node and containerd, and removes what they left: containers, the
 /// bridge and its routes, pod cgroups.
 pub async fn teardown(data_dir: &Path, bridge: &str, cgroup_root: &str) -> anyhow::Result<()> {
-    let dir = data_dir.join("containerd");
-    if dir.is_dir() {
-        let c = Containerd::start(ContainerdConfig::new(&dir), Duration::from_secs(30))
-            .await
-            .context("starting containerd")?;
-        let runtime = CriRuntime::connect(&c.socket()).await?;
-        for s in runtime.list_pod_sandboxes().await? {
-            let _ = runtime.stop_pod_sandbox(&s.id).await;
-            let _ = runtime.remove_pod_sandbox(&s.id).await;
-        }
-        c.shutdown().await;
-    }
+    // What containerd could not stop is reported, after the rest is cleaned up anyway.
+    let stopped = stop_pods(&data_dir.join("containerd")).await;
     // The pods directory is a shared bind mount of itself; volumes mount inside it.
     minik8s_kubelet::containerd::unmount_under(&data_dir.join("kubelet"));
     let _ = std::process::Command::new("ip")
@@ -240,5 +230,26 @@ pub async fn teardown(data_dir: &Path, bridge: &str, cgroup_root: &str) -> anyho
     if let Err(e) = minik8s_kubelet::cgroups::remove(Path::new("/sys/fs/cgroup"), cgroup_root) {
         tracing::warn!(error = %e, "removing pod cgroups failed");
     }
-    Ok(())
+    stopped
+}
+
+/// Stops and removes every pod sandbox through a containerd started on `dir`.
+async fn stop_pods(dir: &Path) -> anyhow::Result<()> {
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    let c = Containerd::start(ContainerdConfig::new(dir), Duration::from_secs(30))
+        .await
+        .context("starting containerd")?;
+    let result = async {
+        let runtime = CriRuntime::connect(&c.socket()).await?;
+        for s in runtime.list_pod_sandboxes().await? {
+            let _ = runtime.stop_pod_sandbox(&s.id).await;
+            let _ = runtime.remove_pod_sandbox(&s.id).await;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    c.shutdown().await;
+    result
 }
