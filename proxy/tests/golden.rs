@@ -1,5 +1,6 @@
-//! Golden tests of the iptables rendering: each `golden/<name>.input.yaml` (a `ProxyConfig`
-//! document followed by Services and EndpointSlices) must render to `golden/<name>.iptables`.
+//! Golden tests of the iptables and nftables renderings: each `golden/<name>.input.yaml` (a
+//! `ProxyConfig` document followed by Services and EndpointSlices) must render to
+//! `golden/<name>.iptables` and `golden/<name>.nft`.
 //! `UPDATE_GOLDEN=1 cargo test -p minik8s-proxy --test golden` rewrites the outputs; review the
 //! diff before committing.
 
@@ -63,6 +64,41 @@ fn rendered_rules_match_golden_files() -> anyhow::Result<()> {
                     golden.display()
                 );
             }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} golden fixtures found");
+    Ok(())
+}
+
+/// The same fixtures through the nftables mode: `golden/<name>.nft` is the full-sync script.
+#[test]
+fn rendered_nftables_match_golden_files() -> anyhow::Result<()> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let mut checked = 0;
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.path());
+    for entry in entries {
+        let path = entry.path();
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".input.yaml"))
+        else {
+            continue;
+        };
+        let rendered = minik8s_proxy::nftables::render(&load(&path)?);
+        let golden = dir.join(format!("{name}.nft"));
+        if update {
+            std::fs::write(&golden, &rendered)?;
+        } else {
+            let want = std::fs::read_to_string(&golden)?;
+            assert!(
+                want == rendered,
+                "{name}: rendered nftables differ from {}\n--- rendered ---\n{rendered}",
+                golden.display()
+            );
         }
         checked += 1;
     }
