@@ -36,8 +36,9 @@ fn load(path: &Path) -> anyhow::Result<ProxyState> {
     Ok(state)
 }
 
-#[test]
-fn rendered_rules_match_golden_files() -> anyhow::Result<()> {
+/// Renders every fixture with `render` and compares with `golden/<name>.<ext>` (or rewrites it
+/// with `UPDATE_GOLDEN`).
+fn check_golden(ext: &str, render: fn(&ProxyState) -> String) -> anyhow::Result<()> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let mut checked = 0;
@@ -53,7 +54,7 @@ fn rendered_rules_match_golden_files() -> anyhow::Result<()> {
             continue;
         };
         let rendered = render(&load(&path)?);
-        let golden = dir.join(format!("{name}.iptables"));
+        let golden = dir.join(format!("{name}.{ext}"));
         if update {
             std::fs::write(&golden, &rendered)?;
         } else {
@@ -71,37 +72,13 @@ fn rendered_rules_match_golden_files() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[test]
+fn rendered_rules_match_golden_files() -> anyhow::Result<()> {
+    check_golden("iptables", render)
+}
+
 /// The same fixtures through the nftables mode: `golden/<name>.nft` is the full-sync script.
 #[test]
 fn rendered_nftables_match_golden_files() -> anyhow::Result<()> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
-    let mut checked = 0;
-    let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.path());
-    for entry in entries {
-        let path = entry.path();
-        let Some(name) = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".input.yaml"))
-        else {
-            continue;
-        };
-        let rendered = minik8s_proxy::nftables::render(&load(&path)?);
-        let golden = dir.join(format!("{name}.nft"));
-        if update {
-            std::fs::write(&golden, &rendered)?;
-        } else {
-            let want = std::fs::read_to_string(&golden)?;
-            assert!(
-                want == rendered,
-                "{name}: rendered nftables differ from {}\n--- rendered ---\n{rendered}",
-                golden.display()
-            );
-        }
-        checked += 1;
-    }
-    assert!(checked >= 3, "only {checked} golden fixtures found");
-    Ok(())
+    check_golden("nft", minik8s_proxy::nftables::render)
 }
