@@ -889,7 +889,7 @@ pub fn with_stale_chains_deleted(rendered: &str, existing: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -909,7 +909,8 @@ mod tests {
         );
     }
 
-    fn web(ips: &[&str]) -> ProxyState {
+    /// Services `web` (endpoints `ips`) and `other` (one endpoint), port 80 to 8080.
+    pub(crate) fn web(ips: &[&str]) -> ProxyState {
         let svc: Service = serde_json::from_value(serde_json::json!({
             "metadata": {"namespace": "default", "name": "web"},
             "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}

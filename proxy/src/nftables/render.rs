@@ -554,7 +554,7 @@ fn balance(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::render::ProxyConfig;
+    use crate::iptables::render::tests::web;
 
     #[test]
     fn names_match_upstream() {
@@ -573,41 +573,6 @@ mod tests {
             endpoint_base("ns1", "svc1", "tcp", "p80", &ep),
             "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80"
         );
-    }
-
-    pub(crate) fn web(ips: &[&str]) -> ProxyState {
-        let svc: Service = serde_json::from_value(serde_json::json!({
-            "metadata": {"namespace": "default", "name": "web"},
-            "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}
-        }))
-        .unwrap();
-        let other: Service = serde_json::from_value(serde_json::json!({
-            "metadata": {"namespace": "default", "name": "other"},
-            "spec": {"clusterIP": "10.96.0.11", "ports": [{"port": 80}]}
-        }))
-        .unwrap();
-        let endpoints: Vec<_> = ips
-            .iter()
-            .map(|ip| serde_json::json!({"addresses": [ip]}))
-            .collect();
-        let slice = |svc: &str, endpoints: serde_json::Value| -> EndpointSlice {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"namespace": "default", "name": format!("{svc}-1"),
-                             "labels": {"kubernetes.io/service-name": svc}},
-                "addressType": "IPv4",
-                "ports": [{"port": 8080}],
-                "endpoints": endpoints,
-            }))
-            .unwrap()
-        };
-        ProxyState {
-            config: ProxyConfig::default(),
-            services: vec![svc, other],
-            slices: vec![
-                slice("web", endpoints.into()),
-                slice("other", serde_json::json!([{"addresses": ["10.244.9.9"]}])),
-            ],
-        }
     }
 
     fn partial(a: &NftRuleset, b: &NftRuleset) -> String {
