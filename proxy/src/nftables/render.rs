@@ -512,7 +512,11 @@ fn service_rules(state: &ProxyState, svc: &Service, slices: &[&EndpointSlice], r
 }
 
 /// The jumps from a service chain to its endpoints: sticky ones first (a client seen within
-/// the timeout goes where it went before), then a uniformly random pick with `numgen`.
+/// the timeout goes where it went before), then a uniformly random pick where the i-th of n
+/// endpoints is taken with probability 1/(n-i), as the iptables mode does. Upstream writes one
+/// `numgen random mod n vmap { .. }` instead, but each such rule is an anonymous set, and the
+/// kernel names a new set by scanning all sets of the table: measured here, 10,000 of them made
+/// one `nft -f` take 28 s instead of under 2 s.
 #[allow(clippy::too_many_arguments)]
 fn balance(
     r: &mut NftRuleset,
@@ -536,19 +540,17 @@ fn balance(
             );
         }
     }
-    let arms: Vec<String> = bases
-        .iter()
-        .enumerate()
-        .map(|(i, base)| format!("{i} : goto endpoint-{base}"))
-        .collect();
-    r.rule(
-        chain,
-        format!(
-            "numgen random mod {} vmap {{ {} }}",
-            endpoints.len(),
-            arms.join(", ")
-        ),
-    );
+    let n = bases.len();
+    for (i, base) in bases.iter().enumerate() {
+        if i + 1 < n {
+            r.rule(
+                chain,
+                format!("numgen random mod {} == 0 goto endpoint-{base}", n - i),
+            );
+        } else {
+            r.rule(chain, format!("goto endpoint-{base}"));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -602,7 +604,8 @@ mod tests {
                  flush chain ip kube-proxy {svc}\n\
                  add rule ip kube-proxy {new_ep} ip saddr 10.244.0.3 jump mark-for-masquerade\n\
                  add rule ip kube-proxy {new_ep} meta l4proto tcp dnat to 10.244.0.3:8080\n\
-                 add rule ip kube-proxy {svc} numgen random mod 2 vmap {{ 0 : goto {old_ep}, 1 : goto {new_ep} }}\n"
+                 add rule ip kube-proxy {svc} numgen random mod 2 == 0 goto {old_ep}\n\
+                 add rule ip kube-proxy {svc} goto {new_ep}\n"
             )
         );
         // What the kernel gets is what a full sync would have written for those chains.
