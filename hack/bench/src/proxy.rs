@@ -275,9 +275,9 @@ async fn inside_nftables(args: ProxyArgs) -> anyhow::Result<()> {
     let nft: Arc<dyn Nft> = Arc::new(CommandNft::default());
     println!();
     println!(
-        "| Services | chains / rules / map elements | nft script | render | nft -f (no table yet) | full sync (loaded) | nft list table | one endpoint added (partial sync) |"
+        "| Services | chains / rules / map elements | nft script | render | nft -f (no table yet) | full sync (loaded) | nft list table | one endpoint added (partial sync) | of which render | of which diff + nft -f |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &n in &args.services {
         nft_full_sync_figures(nft.clone(), n, args.endpoints)?;
     }
@@ -326,22 +326,27 @@ fn nft_full_sync_figures(nft: Arc<dyn Nft>, n: usize, endpoints: usize) -> anyho
         "the last Service's rules are missing"
     );
 
-    let mut partials = Vec::new();
+    let (mut partials, mut partial_renders, mut partial_applies) =
+        (Vec::new(), Vec::new(), Vec::new());
     for k in 0..5 {
         let i = (k * 7919) % n;
         let mut ips: Vec<String> = (0..endpoints).map(|e| endpoint_ip(i, e)).collect();
         ips.push(format!("10.100.{}.{}", k >> 8, k & 255));
         state.slices[i] = slice(i, &ips);
         let started = Instant::now();
-        let kind = syncer.sync(nftables::render_ruleset(&state))?;
+        let rules = nftables::render_ruleset(&state);
+        let rendered = started.elapsed();
+        let kind = syncer.sync(rules)?;
         partials.push(started.elapsed());
+        partial_renders.push(rendered);
+        partial_applies.push(started.elapsed() - rendered);
         anyhow::ensure!(
             kind == nftables::SyncKind::Partial,
             "change sync was {kind:?}"
         );
     }
     println!(
-        "| {n} | {chains} / {rule_count} / {elements} | {} lines, {:.1} MiB | {} | {} | {} | {} | {} |",
+        "| {n} | {chains} / {rule_count} / {elements} | {} lines, {:.1} MiB | {} | {} | {} | {} | {} | {} | {} |",
         text.lines().count(),
         text.len() as f64 / (1024.0 * 1024.0),
         ms(median(renders)),
@@ -349,6 +354,8 @@ fn nft_full_sync_figures(nft: Arc<dyn Nft>, n: usize, endpoints: usize) -> anyho
         ms(full),
         ms(list),
         ms(median(partials)),
+        ms(median(partial_renders)),
+        ms(median(partial_applies)),
     );
     nftables::apply::cleanup(nft.as_ref())?;
     Ok(())
