@@ -10,9 +10,9 @@
 #   hack/bench.sh scale [ARGS...] Control plane with 100 and 1,000 hollow nodes and 30 pods per
 #                                 node in Deployments: pods scheduled per second, time until all
 #                                 are Running, API latency during the storm, server RSS.
-#   hack/bench.sh proxy [ARGS...] The iptables proxier with 1k and 10k Services inside a network
-#                                 namespace it creates: render and restore time, ruleset size,
-#                                 and API write to rule in the kernel for one change at 10k.
+#   hack/bench.sh proxy [ARGS...] The proxier (iptables; --mode nftables) with 1k and 10k Services
+#                                 in a network namespace it creates: render and restore time,
+#                                 ruleset size, API write to rule in the kernel for one change.
 source "$(dirname "$0")/lib.sh"
 
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"

@@ -173,6 +173,10 @@ struct ServerArgs {
     /// `server` only: do not program iptables for Services beside the node agent.
     #[arg(long)]
     disable_proxy: bool,
+    /// `server` only: how the proxier beside the node agent programs Services (kube-proxy's
+    /// flag).
+    #[arg(long, value_enum, default_value = "iptables")]
+    proxy_mode: net::ProxyMode,
     /// `server` only: do not serve cluster DNS beside the node agent.
     #[arg(long)]
     disable_dns: bool,
@@ -313,6 +317,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
                 client(),
                 config,
                 Default::default(),
+                args.proxy_mode,
                 stopped(net_stopped.clone()),
             ));
         }

@@ -1,4 +1,4 @@
-//! Service networking as commands: `proxy` (kube-proxy, iptables mode), `dns` (cluster DNS) and
+//! Service networking as commands: `proxy` (kube-proxy, iptables or nftables mode), `dns` (cluster DNS) and
 //! `ingress` (the Ingress proxy), each an ordinary API client; `server` runs the proxier and
 //! DNS beside the node agent, through in-process clients.
 
@@ -17,6 +17,7 @@ use crate::control::ClientArgs;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProxyMode {
     Iptables,
+    Nftables,
 }
 
 /// Flags named as kube-proxy's.
@@ -39,7 +40,7 @@ pub struct ProxyArgs {
     pub iptables_sync_period: Duration,
     #[arg(long, value_enum, default_value = "iptables")]
     pub proxy_mode: ProxyMode,
-    /// Remove every rule and chain the proxier made, then exit.
+    /// Remove every rule, chain and table the proxier made (both modes), then exit.
     #[arg(long)]
     pub cleanup: bool,
 }
@@ -88,22 +89,46 @@ pub fn spawn_proxier(
     client: kube::Client,
     config: ProxyConfig,
     periods: Periods,
+    mode: ProxyMode,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     enable_route_localnet();
     let caches = minik8s_proxy::cache::Caches::start(client);
     tokio::spawn(async move {
-        let ipt = Arc::new(CommandIptables::default());
-        if let Err(e) = minik8s_proxy::iptables::run(caches, config, ipt, periods, shutdown).await {
+        if let Err(e) = run_proxier(caches, config, periods, mode, shutdown).await {
             tracing::error!(error = %e, "proxier stopped");
         }
     })
 }
 
+/// The proxier of `mode` until `shutdown`.
+async fn run_proxier(
+    caches: minik8s_proxy::cache::Caches,
+    config: ProxyConfig,
+    periods: Periods,
+    mode: ProxyMode,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), minik8s_proxy::iptables::Error> {
+    match mode {
+        ProxyMode::Iptables => {
+            let ipt = Arc::new(CommandIptables::default());
+            minik8s_proxy::iptables::run(caches, config, ipt, periods, shutdown).await
+        }
+        ProxyMode::Nftables => {
+            let nft = Arc::new(minik8s_proxy::nftables::CommandNft::default());
+            minik8s_proxy::nftables::run(caches, config, nft, periods, shutdown).await
+        }
+    }
+}
+
 pub async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
-    let ipt = Arc::new(CommandIptables::default());
     if args.cleanup {
-        return minik8s_proxy::iptables::apply::cleanup(ipt.as_ref()).context("cleaning up");
+        let ipt = CommandIptables::default();
+        let nft = minik8s_proxy::nftables::CommandNft::default();
+        let iptables =
+            minik8s_proxy::iptables::apply::cleanup(&ipt).context("cleaning up iptables");
+        minik8s_proxy::nftables::apply::cleanup(&nft).context("cleaning up nftables")?;
+        return iptables;
     }
     let client = args.client.client().await?;
     let config = ProxyConfig {
@@ -117,7 +142,14 @@ pub async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     };
     enable_route_localnet();
     let caches = minik8s_proxy::cache::Caches::start(client);
-    minik8s_proxy::iptables::run(caches, config, ipt, periods, crate::shutdown_signal()).await?;
+    run_proxier(
+        caches,
+        config,
+        periods,
+        args.proxy_mode,
+        crate::shutdown_signal(),
+    )
+    .await?;
     Ok(())
 }
 

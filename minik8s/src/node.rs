@@ -32,6 +32,9 @@ pub struct NodeArgs {
     /// Do not program iptables for Services on this node.
     #[arg(long)]
     pub disable_proxy: bool,
+    /// How the proxier programs Services (kube-proxy's flag).
+    #[arg(long, value_enum, default_value = "iptables")]
+    pub proxy_mode: crate::net::ProxyMode,
     #[command(flatten)]
     pub routes: routes::RouteArgs,
 }
@@ -77,6 +80,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             client,
             config,
             Default::default(),
+            args.proxy_mode,
             stopped(stop_rx.clone()),
         ));
     }

@@ -103,3 +103,74 @@ pub fn is_headless(svc: &Service) -> bool {
     let ip = spec.cluster_ip.as_deref().unwrap_or("");
     ip.is_empty() || ip == "None" || spec.type_.as_deref() == Some("ExternalName")
 }
+
+/// The slices of every Service, by `(namespace, service name)`: one pass over all slices
+/// rather than a scan per Service.
+pub fn slices_by_service(
+    slices: &[EndpointSlice],
+) -> std::collections::HashMap<(&str, &str), Vec<&EndpointSlice>> {
+    let mut by: std::collections::HashMap<(&str, &str), Vec<&EndpointSlice>> = Default::default();
+    for slice in slices {
+        let Some(ns) = slice.metadata.namespace.as_deref() else {
+            continue;
+        };
+        if let Some(name) = slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        {
+            by.entry((ns, name.as_str())).or_default().push(slice);
+        }
+    }
+    by
+}
+
+/// What both proxier modes read from a Service's spec and status.
+pub struct ServiceFacts<'a> {
+    pub cluster_ip: &'a str,
+    pub external_ips: Vec<&'a str>,
+    pub lb_ips: Vec<&'a str>,
+    /// NodePort or LoadBalancer: its ports' nodePorts are served.
+    pub node_port_type: bool,
+    /// sessionAffinity ClientIP: its timeout in seconds (default 3 hours).
+    pub affinity_timeout: Option<i32>,
+    /// externalTrafficPolicy Local.
+    pub external_local: bool,
+}
+
+impl<'a> ServiceFacts<'a> {
+    pub fn of(svc: &'a Service) -> Option<ServiceFacts<'a>> {
+        let spec = svc.spec.as_ref()?;
+        Some(ServiceFacts {
+            cluster_ip: spec.cluster_ip.as_deref().unwrap_or(""),
+            external_ips: spec
+                .external_ips
+                .iter()
+                .flatten()
+                .map(String::as_str)
+                .collect(),
+            lb_ips: svc
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.ip.as_deref())
+                .collect(),
+            node_port_type: matches!(
+                spec.type_.as_deref(),
+                Some("NodePort") | Some("LoadBalancer")
+            ),
+            affinity_timeout: (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+                spec.session_affinity_config
+                    .as_ref()
+                    .and_then(|c| c.client_ip.as_ref())
+                    .and_then(|c| c.timeout_seconds)
+                    .unwrap_or(10800)
+            }),
+            external_local: spec.external_traffic_policy.as_deref() == Some("Local"),
+        })
+    }
+}

@@ -1,5 +1,6 @@
-//! Golden tests of the iptables rendering: each `golden/<name>.input.yaml` (a `ProxyConfig`
-//! document followed by Services and EndpointSlices) must render to `golden/<name>.iptables`.
+//! Golden tests of the iptables and nftables renderings: each `golden/<name>.input.yaml` (a
+//! `ProxyConfig` document followed by Services and EndpointSlices) must render to
+//! `golden/<name>.iptables` and `golden/<name>.nft`.
 //! `UPDATE_GOLDEN=1 cargo test -p minik8s-proxy --test golden` rewrites the outputs; review the
 //! diff before committing.
 
@@ -35,8 +36,9 @@ fn load(path: &Path) -> anyhow::Result<ProxyState> {
     Ok(state)
 }
 
-#[test]
-fn rendered_rules_match_golden_files() -> anyhow::Result<()> {
+/// Renders every fixture with `render` and compares with `golden/<name>.<ext>` (or rewrites it
+/// with `UPDATE_GOLDEN`).
+fn check_golden(ext: &str, render: fn(&ProxyState) -> String) -> anyhow::Result<()> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let mut checked = 0;
@@ -52,7 +54,7 @@ fn rendered_rules_match_golden_files() -> anyhow::Result<()> {
             continue;
         };
         let rendered = render(&load(&path)?);
-        let golden = dir.join(format!("{name}.iptables"));
+        let golden = dir.join(format!("{name}.{ext}"));
         if update {
             std::fs::write(&golden, &rendered)?;
         } else {
@@ -68,4 +70,15 @@ fn rendered_rules_match_golden_files() -> anyhow::Result<()> {
     }
     assert!(checked >= 3, "only {checked} golden fixtures found");
     Ok(())
+}
+
+#[test]
+fn rendered_rules_match_golden_files() -> anyhow::Result<()> {
+    check_golden("iptables", render)
+}
+
+/// The same fixtures through the nftables mode: `golden/<name>.nft` is the full-sync script.
+#[test]
+fn rendered_nftables_match_golden_files() -> anyhow::Result<()> {
+    check_golden("nft", minik8s_proxy::nftables::render)
 }

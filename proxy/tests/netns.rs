@@ -1,7 +1,8 @@
 //! The rendered rules work in a real kernel: inside a network namespace made for the test, two
 //! tiny TCP servers are the endpoints of a Service; connections to its cluster IP (and to its
 //! NodePort on 127.0.0.1) from inside the namespace reach both. Needs root; the host's own
-//! namespace is never touched. The namespace is deleted at the end, also on failure.
+//! namespace is never touched. The namespace is deleted at the end, also on failure. The same
+//! checks run for the iptables and the nftables mode.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -14,6 +15,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use minik8s_proxy::iptables::apply::{self, CommandIptables, Iptables};
 use minik8s_proxy::iptables::{ProxyConfig, ProxyState, SyncKind, Syncer, render, render_rules};
+use minik8s_proxy::nftables::{self, Nft};
 use serde_json::json;
 
 struct Netns {
@@ -273,4 +275,139 @@ fn is_root() -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
+}
+
+fn nft_state() -> ProxyState {
+    let mut state = state();
+    let extra: Vec<Service> = serde_json::from_value(json!([
+        {"metadata": {"namespace": "default", "name": "empty"},
+         "spec": {"clusterIP": "10.96.0.20", "ports": [{"name": "http", "port": 80}]}},
+        {"metadata": {"namespace": "default", "name": "sticky"},
+         "spec": {"clusterIP": "10.96.0.30", "sessionAffinity": "ClientIP",
+                  "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}},
+    ]))
+    .unwrap();
+    state.services.extend(extra);
+    let mut sticky = state.slices[0].clone();
+    sticky.metadata.name = Some("sticky-1".into());
+    sticky
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("kubernetes.io/service-name".into(), "sticky".into());
+    state.slices.push(sticky);
+    state
+}
+
+#[test]
+fn nftables_full_and_partial_syncs_inside_a_netns() -> anyhow::Result<()> {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to create a network namespace");
+        return Ok(());
+    }
+    let ns = namespace_with_backends(&format!("m8s-nft-{}", std::process::id()))?;
+    let nft = Arc::new(nftables::CommandNft {
+        prefix: ns.prefix(),
+    });
+    let mut syncer = nftables::Syncer::new(nft.clone(), Duration::from_secs(3600));
+    assert_eq!(
+        syncer.sync(nftables::render_ruleset(&nft_state()))?,
+        nftables::SyncKind::Full
+    );
+    let table = nft.list(&["list", "table", "ip", "kube-proxy"])?;
+    for want in [
+        "10.96.0.10 . tcp . 80 : goto service-",
+        "10.96.0.30 . tcp . 80 : goto service-",
+        "tcp . 30080 : goto external-",
+        "10.96.0.20 . tcp . 80 : goto reject-chain",
+        "numgen random mod 2 ",
+        "dnat to 10.244.0.3:8080",
+    ] {
+        assert!(table.contains(want), "{want} missing:\n{table}");
+    }
+    assert!(!table.contains("10.244.0.4"), "not ready: {table}");
+
+    // p = 1/2 per endpoint: 64 tries miss one with probability 2^-63.
+    let two: BTreeSet<String> = ["10.244.0.2", "10.244.0.3"].map(String::from).into();
+    assert_eq!(backends_seen(&ns, "10.96.0.10", 80, 64)?, two, "cluster IP");
+    assert_eq!(
+        backends_seen(&ns, "127.0.0.1", 30080, 64)?,
+        two,
+        "NodePort on localhost"
+    );
+    // ClientIP affinity: every connection from this client goes where the first went.
+    assert_eq!(backends_seen(&ns, "10.96.0.30", 80, 32)?.len(), 1, "sticky");
+    assert!(
+        backends_seen(&ns, "10.96.0.20", 80, 1).is_err(),
+        "no endpoints: rejected"
+    );
+
+    // The third endpoint becomes ready: a partial sync, and all three answer.
+    let mut three = nft_state();
+    three.slices[0].endpoints[2].conditions = Some(Default::default());
+    assert_eq!(
+        syncer.sync(nftables::render_ruleset(&three))?,
+        nftables::SyncKind::Partial
+    );
+    let table = nft.list(&["list", "table", "ip", "kube-proxy"])?;
+    assert!(table.contains("numgen random mod 3 "), "{table}");
+    assert!(table.contains("dnat to 10.244.0.4:8080"), "{table}");
+    let all: BTreeSet<String> = ["10.244.0.2", "10.244.0.3", "10.244.0.4"]
+        .map(String::from)
+        .into();
+    assert_eq!(backends_seen(&ns, "10.96.0.10", 80, 96)?, all);
+
+    // The Services go: a partial sync removes their elements, chains and affinity sets.
+    let mut gone = three.clone();
+    gone.services.clear();
+    assert_eq!(
+        syncer.sync(nftables::render_ruleset(&gone))?,
+        nftables::SyncKind::Partial
+    );
+    let table = nft.list(&["list", "table", "ip", "kube-proxy"])?;
+    for stale in [
+        "chain service-",
+        "chain endpoint-",
+        "chain external-",
+        "set affinity-",
+        "10.96.0.",
+    ] {
+        assert!(!table.contains(stale), "{stale} left:\n{table}");
+    }
+    assert!(
+        backends_seen(&ns, "10.96.0.10", 80, 1).is_err(),
+        "no DNAT any more"
+    );
+
+    // --cleanup removes the table, and is fine when there is none.
+    nftables::apply::cleanup(nft.as_ref())?;
+    nftables::apply::cleanup(nft.as_ref())?;
+    let tables = nft.list(&["list", "tables"])?;
+    assert!(!tables.contains("kube-proxy"), "{tables}");
+    Ok(())
+}
+
+/// Every golden nftables script is one transaction the kernel accepts (`nft -c`: checked, not
+/// committed).
+#[test]
+fn golden_nft_scripts_are_accepted_by_the_kernel() -> anyhow::Result<()> {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to create a network namespace");
+        return Ok(());
+    }
+    let ns = Netns::create(&format!("m8s-nft-golden-{}", std::process::id()))?;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("nft") {
+            continue;
+        }
+        let path = path.to_string_lossy().into_owned();
+        run(&mut ns.exec(&["nft", "-c", "-f", &path]))?;
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} golden scripts");
+    Ok(())
 }

@@ -1,4 +1,4 @@
-//! The iptables proxier at 1,000 and 10,000 Services, inside a network namespace made for the
+//! The proxier (iptables mode, or nftables mode with `--mode nftables`) at 1,000 and 10,000 Services, inside a network namespace made for the
 //! run (the host's tables are never touched): how long rendering and restoring the whole ruleset
 //! takes, how big it is, and how long one Service change takes to reach the kernel, both for
 //! the proxier's sync alone and end to end from an API write through watches to the kernel.
@@ -23,6 +23,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use minik8s_proxy::cache::Caches;
 use minik8s_proxy::iptables::apply::{self, CommandIptables, Iptables};
 use minik8s_proxy::iptables::{Periods, ProxyConfig, ProxyState, SyncKind, Syncer, render_rules};
+use minik8s_proxy::nftables::{self, CommandNft, Nft};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -42,9 +43,18 @@ pub struct ProxyArgs {
     /// Timed changes of each kind.
     #[arg(long, default_value_t = 20)]
     pub changes: usize,
+    /// Which proxier: kube-proxy's `--proxy-mode`.
+    #[arg(long, value_enum, default_value = "iptables")]
+    pub mode: Mode,
     /// Internal: already inside the namespace.
     #[arg(long, hide = true)]
     pub inside: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Iptables,
+    Nftables,
 }
 
 const NAMESPACE: &str = "proxybench";
@@ -84,6 +94,9 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
         ])
         .args(["--change-services", &args.change_services.to_string()])
         .args(["--changes", &args.changes.to_string()]);
+    if args.mode == Mode::Nftables {
+        cmd.args(["--mode", "nftables"]);
+    }
     let services: Vec<String> = args.services.iter().map(|n| n.to_string()).collect();
     cmd.args(["--services", &services.join(",")]);
     let status = tokio::task::spawn_blocking(move || cmd.status()).await??;
@@ -98,6 +111,9 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
 async fn inside(args: ProxyArgs) -> anyhow::Result<()> {
     run_cmd(Command::new("ip").args(["link", "set", "lo", "up"]))?;
     println!("load: {}", load());
+    if args.mode == Mode::Nftables {
+        return inside_nftables(args).await;
+    }
     let ipt: Arc<dyn Iptables> = Arc::new(CommandIptables::default());
     println!();
     println!(
@@ -113,7 +129,7 @@ async fn inside(args: ProxyArgs) -> anyhow::Result<()> {
     println!("load: {}", load());
     if args.change_services > 0 {
         println!();
-        end_to_end(ipt, args).await?;
+        end_to_end(Backend::Iptables(ipt), args).await?;
         println!("load: {}", load());
     }
     Ok(())
@@ -254,6 +270,103 @@ fn full_sync_figures(ipt: Arc<dyn Iptables>, n: usize, endpoints: usize) -> anyh
     Ok(())
 }
 
+/// The nftables mode's figures: the same as the iptables mode's, for its table.
+async fn inside_nftables(args: ProxyArgs) -> anyhow::Result<()> {
+    let nft: Arc<dyn Nft> = Arc::new(CommandNft::default());
+    println!();
+    println!(
+        "| Services | chains / rules / map elements | nft script | render | nft -f (no table yet) | full sync (loaded) | nft list table | one endpoint added (partial sync) | of which render | of which diff + nft -f |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for &n in &args.services {
+        nft_full_sync_figures(nft.clone(), n, args.endpoints)?;
+    }
+    println!(
+        "render: render + serialise (median of 3); full sync: the proxier's full sync over the loaded table (one transaction replacing the table); partial sync: render + diff + nft -f of the changes (median of 5)"
+    );
+    println!("load: {}", load());
+    if args.change_services > 0 {
+        println!();
+        end_to_end(Backend::Nftables(nft), args).await?;
+        println!("load: {}", load());
+    }
+    Ok(())
+}
+
+/// Render, apply and resync figures of the nftables mode for `n` Services, then removes the
+/// table again.
+fn nft_full_sync_figures(nft: Arc<dyn Nft>, n: usize, endpoints: usize) -> anyhow::Result<()> {
+    let mut state = synthetic_state(n, endpoints);
+    let mut renders = Vec::new();
+    let mut text = String::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        text = nftables::render_ruleset(&state).to_script();
+        renders.push(started.elapsed());
+    }
+    let rules = nftables::render_ruleset(&state);
+    let (chains, rule_count, elements) = rules.counts();
+
+    let started = Instant::now();
+    nft.run(&text)?;
+    let apply = started.elapsed();
+
+    let mut syncer = nftables::Syncer::new(nft.clone(), Duration::from_secs(3600));
+    let started = Instant::now();
+    let kind = syncer.sync(rules)?;
+    let full = started.elapsed();
+    anyhow::ensure!(kind == nftables::SyncKind::Full, "first sync was {kind:?}");
+
+    let started = Instant::now();
+    let listed = nft.list(&["list", "table", "ip", nftables::render::TABLE])?;
+    let list = started.elapsed();
+    let dnat = format!("dnat to {}:8080", endpoint_ip(n - 1, 0));
+    anyhow::ensure!(
+        listed.contains(&dnat),
+        "the last Service's rules are missing"
+    );
+
+    let (mut partials, mut partial_renders, mut partial_applies) =
+        (Vec::new(), Vec::new(), Vec::new());
+    for k in 0..5 {
+        let i = (k * 7919) % n;
+        let mut ips: Vec<String> = (0..endpoints).map(|e| endpoint_ip(i, e)).collect();
+        ips.push(format!("10.100.{}.{}", k >> 8, k & 255));
+        state.slices[i] = slice(i, &ips);
+        let started = Instant::now();
+        let rules = nftables::render_ruleset(&state);
+        let rendered = started.elapsed();
+        let kind = syncer.sync(rules)?;
+        partials.push(started.elapsed());
+        partial_renders.push(rendered);
+        partial_applies.push(started.elapsed() - rendered);
+        anyhow::ensure!(
+            kind == nftables::SyncKind::Partial,
+            "change sync was {kind:?}"
+        );
+    }
+    println!(
+        "| {n} | {chains} / {rule_count} / {elements} | {} lines, {:.1} MiB | {} | {} | {} | {} | {} | {} | {} |",
+        text.lines().count(),
+        text.len() as f64 / (1024.0 * 1024.0),
+        ms(median(renders)),
+        ms(apply),
+        ms(full),
+        ms(list),
+        ms(median(partials)),
+        ms(median(partial_renders)),
+        ms(median(partial_applies)),
+    );
+    nftables::apply::cleanup(nft.as_ref())?;
+    Ok(())
+}
+
+/// The proxier under test in the end-to-end part.
+enum Backend {
+    Iptables(Arc<dyn Iptables>),
+    Nftables(Arc<dyn Nft>),
+}
+
 /// Rules added to the kernel as `nft monitor` reports them, stamped on arrival.
 struct Monitor {
     child: std::process::Child,
@@ -261,9 +374,10 @@ struct Monitor {
 }
 
 impl Monitor {
-    fn start() -> anyhow::Result<Monitor> {
+    /// `what`: `["monitor", "rules"]`, or `["monitor"]` to see map elements too.
+    fn start(what: &[&str]) -> anyhow::Result<Monitor> {
         let mut child = Command::new("nft")
-            .args(["monitor", "rules"])
+            .args(what)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -273,7 +387,8 @@ impl Monitor {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if line.starts_with("add rule") && tx.send((Instant::now(), line)).is_err() {
+                let wanted = line.starts_with("add rule") || line.starts_with("add element");
+                if wanted && tx.send((Instant::now(), line)).is_err() {
                     break;
                 }
             }
@@ -309,7 +424,7 @@ impl Drop for Monitor {
 }
 
 /// API server in process, the proxier watching it with its default periods, and timed changes.
-async fn end_to_end(ipt: Arc<dyn Iptables>, args: ProxyArgs) -> anyhow::Result<()> {
+async fn end_to_end(backend: Backend, args: ProxyArgs) -> anyhow::Result<()> {
     let n = args.change_services;
     let server = testkit::InProcess::start(testkit::Backend::Sqlite).await?;
     let client = server.client();
@@ -347,19 +462,32 @@ async fn end_to_end(ipt: Arc<dyn Iptables>, args: ProxyArgs) -> anyhow::Result<(
         started.elapsed().as_secs_f64()
     );
 
-    let mut monitor = Monitor::start()?;
+    let mut monitor = match backend {
+        Backend::Iptables(_) => Monitor::start(&["monitor", "rules"])?,
+        Backend::Nftables(_) => Monitor::start(&["monitor"])?,
+    };
     let periods = Periods::default();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let caches = Caches::start(client.clone());
-    let proxier = tokio::spawn(minik8s_proxy::iptables::run(
-        caches,
-        config(),
-        ipt.clone(),
-        periods,
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let stopped = async {
+        let _ = stopped.await;
+    };
+    let proxier = match &backend {
+        Backend::Iptables(ipt) => tokio::spawn(minik8s_proxy::iptables::run(
+            caches,
+            config(),
+            ipt.clone(),
+            periods,
+            stopped,
+        )),
+        Backend::Nftables(nft) => tokio::spawn(nftables::run(
+            caches,
+            config(),
+            nft.clone(),
+            periods,
+            stopped,
+        )),
+    };
     let started = Instant::now();
     let last = endpoint_ip(n - 1, args.endpoints - 1);
     monitor
@@ -407,12 +535,12 @@ async fn end_to_end(ipt: Arc<dyn Iptables>, args: ProxyArgs) -> anyhow::Result<(
             .spec
             .and_then(|s| s.cluster_ip)
             .context("no cluster IP allocated")?;
-        created.push(
-            monitor
-                .added(&[&format!("ip daddr {ip} "), "reject"])
-                .await?
-                - t0,
-        );
+        let needles = match backend {
+            Backend::Iptables(_) => [format!("ip daddr {ip} "), "reject".to_string()],
+            Backend::Nftables(_) => [format!("{ip} . tcp . 80 "), "reject-chain".to_string()],
+        };
+        let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+        created.push(monitor.added(&needles).await? - t0);
         tokio::time::sleep(pace).await;
         monitor.drain();
 
@@ -433,24 +561,29 @@ async fn end_to_end(ipt: Arc<dyn Iptables>, args: ProxyArgs) -> anyhow::Result<(
     }
     let _ = stop.send(());
     proxier.await??;
-    apply::cleanup(ipt.as_ref())?;
+    match &backend {
+        Backend::Iptables(ipt) => apply::cleanup(ipt.as_ref())?,
+        Backend::Nftables(nft) => nftables::apply::cleanup(nft.as_ref())?,
+    }
 
     println!();
     println!(
         "| one change with {n} Services, API write to rule in the kernel (nft monitor) | p50 (ms) | p99 (ms) | max (ms) | samples |"
     );
     println!("|---|---|---|---|---|");
-    for (what, s) in [
-        ("endpoint added to a Service (2 chains rewritten)", &added),
-        (
+    let kinds = match backend {
+        Backend::Iptables(_) => [
+            "endpoint added to a Service (2 chains rewritten)",
             "Service created, no endpoints yet (filter KUBE-SERVICES rewritten)",
-            &created,
-        ),
-        (
             "first endpoints of a new Service (nat KUBE-SERVICES rewritten)",
-            &first,
-        ),
-    ] {
+        ],
+        Backend::Nftables(_) => [
+            "endpoint added to a Service (1 chain added, 1 refilled)",
+            "Service created, no endpoints yet (1 no-endpoint-services element)",
+            "first endpoints of a new Service (chains added, map elements swapped)",
+        ],
+    };
+    for (what, s) in kinds.into_iter().zip([&added, &created, &first]) {
         println!(
             "| {what} | {:.0} | {:.0} | {:.0} | {} |",
             s.p50(),

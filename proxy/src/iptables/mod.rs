@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::Caches;
-use tracing::Instrument;
 
 pub use apply::{CommandIptables, FakeIptables, Iptables, SyncKind, Syncer};
 pub use render::{ProxyConfig, ProxyState, Ruleset, render, render_rules};
@@ -53,41 +52,18 @@ pub async fn run(
     periods: Periods,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
-    tokio::select! {
-        r = caches.ready() => r?,
-        _ = tokio::time::sleep(Duration::from_secs(300)) => return Err(crate::cache::NotReady.into()),
-    }
-    let trigger = caches.changed.clone();
-    let syncer = Arc::new(std::sync::Mutex::new(apply::Syncer::new(ipt, periods.max)));
-    runner::bounded_frequency(periods, trigger, shutdown, || {
-        let state = ProxyState {
-            config: config.clone(),
-            services: caches.services(),
-            slices: caches.slices(),
-        };
-        let syncer = syncer.clone();
-        let span = tracing::info_span!("sync_proxy_rules", services = state.services.len());
-        async move {
-            let started = std::time::Instant::now();
-            // Rendering 10,000 Services takes long enough to stall other tasks: off the runtime.
-            let result = tokio::task::spawn_blocking(move || {
-                let rules = render_rules(&state);
-                let mut syncer = syncer.lock().unwrap_or_else(|e| e.into_inner());
-                syncer.sync(rules)
-            })
-            .await
-            .unwrap_or_else(|e| Err(Error::Failed("sync".into(), e.to_string())));
-            match result {
-                Ok(kind) => tracing::debug!(
-                    ?kind,
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "synced iptables rules"
-                ),
-                Err(e) => tracing::error!(error = %e, "syncing iptables rules failed"),
-            }
-        }
-        .instrument(span)
-    })
-    .await;
-    Ok(())
+    let syncer = std::sync::Mutex::new(apply::Syncer::new(ipt, periods.max));
+    runner::run_proxier(
+        caches,
+        config,
+        periods,
+        "iptables",
+        shutdown,
+        move |state| {
+            let rules = render_rules(&state);
+            let mut syncer = syncer.lock().unwrap_or_else(|e| e.into_inner());
+            syncer.sync(rules)
+        },
+    )
+    .await
 }

@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use sha2::{Digest, Sha256};
 
-use crate::endpoints::{Endpoint, SERVICE_NAME_LABEL, is_headless, port_endpoints, service_key};
+use crate::endpoints::{
+    Endpoint, ServiceFacts, is_headless, port_endpoints, service_key, slices_by_service,
+};
 
 /// The mark bit kube-proxy uses for "masquerade this" (`--iptables-masquerade-bit` 14).
 pub const MASQ_MARK: &str = "0x4000";
@@ -344,21 +346,7 @@ pub fn render_rules(state: &ProxyState) -> Ruleset {
     );
     nat.rule("KUBE-MARK-MASQ", &["-j", "MARK", "--or-mark", MASQ_MARK]);
 
-    // Slices by Service once, rather than a scan of all slices per Service.
-    let mut slices: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
-    for slice in &state.slices {
-        let Some(ns) = slice.metadata.namespace.as_deref() else {
-            continue;
-        };
-        if let Some(name) = slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
-        {
-            slices.entry((ns, name.as_str())).or_default().push(slice);
-        }
-    }
+    let slices = slices_by_service(&state.slices);
     let mut services: Vec<&Service> = state.services.iter().collect();
     services.sort_by_key(|s| service_key(s));
     for svc in services {
@@ -403,34 +391,17 @@ fn service_rules(
 ) {
     let (ns, name) = service_key(svc);
     let Some(spec) = &svc.spec else { return };
-    let cluster_ip = spec.cluster_ip.as_deref().unwrap_or("");
-    let external_ips: Vec<&str> = spec
-        .external_ips
-        .iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
-    let lb_ips: Vec<&str> = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.as_deref())
-        .collect();
-    let node_port_type = matches!(
-        spec.type_.as_deref(),
-        Some("NodePort") | Some("LoadBalancer")
-    );
-    let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
-        spec.session_affinity_config
-            .as_ref()
-            .and_then(|c| c.client_ip.as_ref())
-            .and_then(|c| c.timeout_seconds)
-            .unwrap_or(10800)
-    });
-    let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
+    let Some(ServiceFacts {
+        cluster_ip,
+        external_ips,
+        lb_ips,
+        node_port_type,
+        affinity_timeout,
+        external_local,
+    }) = ServiceFacts::of(svc)
+    else {
+        return;
+    };
 
     for port in spec.ports.iter().flatten() {
         let protocol = port.protocol.as_deref().unwrap_or("TCP");
@@ -918,7 +889,7 @@ pub fn with_stale_chains_deleted(rendered: &str, existing: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -938,7 +909,8 @@ mod tests {
         );
     }
 
-    fn web(ips: &[&str]) -> ProxyState {
+    /// Services `web` (endpoints `ips`) and `other` (one endpoint), port 80 to 8080.
+    pub(crate) fn web(ips: &[&str]) -> ProxyState {
         let svc: Service = serde_json::from_value(serde_json::json!({
             "metadata": {"namespace": "default", "name": "web"},
             "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}

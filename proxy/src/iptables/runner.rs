@@ -3,11 +3,14 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::Instrument;
 
-use super::Periods;
+use super::{Error, Periods, ProxyConfig, ProxyState};
+use crate::cache::Caches;
 
 /// Calls `sync` once at start, then after every `trigger` (no sooner than `periods.min` after
 /// the previous sync) or when `periods.max` passed, until `shutdown`.
@@ -34,4 +37,54 @@ pub async fn bounded_frequency<F, Fut>(
             _ = &mut shutdown => return,
         }
     }
+}
+
+/// The proxier loop of both modes: waits for the caches to fill, then calls `sync` with the
+/// current state whenever the caches change (rate-limited) and at least every `periods.max`,
+/// until `shutdown`. Syncs run off the async runtime: rendering 10,000 Services takes long
+/// enough to stall other tasks.
+pub async fn run_proxier<K, S>(
+    caches: Caches,
+    config: ProxyConfig,
+    periods: Periods,
+    mode: &'static str,
+    shutdown: impl Future<Output = ()>,
+    sync: S,
+) -> Result<(), Error>
+where
+    K: std::fmt::Debug + Send + 'static,
+    S: Fn(ProxyState) -> Result<K, Error> + Send + Sync + 'static,
+{
+    tokio::select! {
+        r = caches.ready() => r?,
+        _ = tokio::time::sleep(Duration::from_secs(300)) => return Err(crate::cache::NotReady.into()),
+    }
+    let trigger = caches.changed.clone();
+    let sync = Arc::new(sync);
+    bounded_frequency(periods, trigger, shutdown, || {
+        let state = ProxyState {
+            config: config.clone(),
+            services: caches.services(),
+            slices: caches.slices(),
+        };
+        let sync = sync.clone();
+        let span = tracing::info_span!("sync_proxy_rules", services = state.services.len());
+        async move {
+            let started = std::time::Instant::now();
+            let result = tokio::task::spawn_blocking(move || sync(state))
+                .await
+                .unwrap_or_else(|e| Err(Error::Failed("sync".into(), e.to_string())));
+            match result {
+                Ok(kind) => tracing::debug!(
+                    ?kind,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "synced {mode} rules"
+                ),
+                Err(e) => tracing::error!(error = %e, "syncing {mode} rules failed"),
+            }
+        }
+        .instrument(span)
+    })
+    .await;
+    Ok(())
 }
