@@ -61,6 +61,22 @@ async fn get(proxy: SocketAddr, host: &str, path: &str) -> Option<(u16, String)>
     Some((code, body))
 }
 
+/// An in-process API server with our IngressClass as the default class.
+async fn api_with_class() -> anyhow::Result<(testkit::InProcess, kube::Client)> {
+    let api = testkit::InProcess::start(testkit::Backend::Sqlite).await?;
+    let client = api.client();
+    Api::<IngressClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "minik8s", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+                "spec": {"controller": "minik8s.io/ingress"}
+            }))?,
+        )
+        .await?;
+    Ok((api, client))
+}
+
 #[tokio::test]
 async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
     let first = TcpListener::bind("127.0.0.1:0").await?;
@@ -69,18 +85,8 @@ async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
     tokio::spawn(backend(first));
     tokio::spawn(backend(second));
 
-    let api = testkit::InProcess::start(testkit::Backend::Sqlite).await?;
-    let client = api.client();
+    let (_api, client) = api_with_class().await?;
     let pp = PostParams::default();
-    Api::<IngressClass>::all(client.clone())
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "metadata": {"name": "minik8s", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
-                "spec": {"controller": "minik8s.io/ingress"}
-            }))?,
-        )
-        .await?;
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     for (name, ip) in [("web", "10.96.0.30"), ("empty", "10.96.0.31")] {
         services
@@ -182,14 +188,7 @@ async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
         Duration::from_secs(20),
         "the status lists our address",
         || async {
-            let ing = ingresses.get("main").await.ok()?;
-            let ips: Vec<String> = ing
-                .status?
-                .load_balancer?
-                .ingress?
-                .into_iter()
-                .filter_map(|i| i.ip)
-                .collect();
+            let ips = status_ips(&ingresses, "main").await?;
             (ips == ["127.0.0.1"]).then_some(())
         },
     )
@@ -214,18 +213,8 @@ async fn status_ips(ingresses: &Api<Ingress>, name: &str) -> Option<Vec<String>>
 /// InternalIPs of the real nodes, hollow ones left out; a new node joins the list.
 #[tokio::test]
 async fn every_node_publishes_all_node_addresses() -> anyhow::Result<()> {
-    let api = testkit::InProcess::start(testkit::Backend::Sqlite).await?;
-    let client = api.client();
+    let (_api, client) = api_with_class().await?;
     let pp = PostParams::default();
-    Api::<IngressClass>::all(client.clone())
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "metadata": {"name": "minik8s", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
-                "spec": {"controller": "minik8s.io/ingress"}
-            }))?,
-        )
-        .await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let add_node = |name: &'static str, ip: &'static str, hollow: bool| {
         let nodes = nodes.clone();
