@@ -47,6 +47,18 @@ mn_check_alone() {
   fi
 }
 
+# The host node's pod bridge takes 10.244.0.1: refuse to start while another device (a
+# single-node cluster's cni0, or one a test left) has an address in the pod range.
+mn_check_pod_range() {
+  local held
+  held="$(ip -o -4 addr show to 10.244.0.0/16 | awk -v own="$MN_HOST_BRIDGE" '$2 != own {print $2}' |
+    sort -u | tr '\n' ' ')"
+  if [[ -n "$held" ]]; then
+    log "${held}holds an address in the pod range 10.244.0.0/16, which the host node's $MN_HOST_BRIDGE needs: stop its cluster (hack/down.sh) or delete it"
+    exit 1
+  fi
+}
+
 # The bridge and one namespace per worker; the API server's certificate covers $MN_NET.1
 # because the bridge has that address before the server starts.
 mn_setup_network() {
