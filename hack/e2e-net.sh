@@ -4,15 +4,24 @@
 #   - pod to pod across nodes (host-gw routes of the route agents);
 #   - a ClusterIP Service over 3 pods on 2 nodes, from a pod on the third: >= 2 backends answer;
 #   - a NodePort, from inside one worker's namespace to the other worker's address;
-#   - deleting a Service removes its iptables rules on the nodes.
+#   - deleting a Service removes its iptables rules on the nodes;
+#   - cluster DNS (on the host, 172.30.0.1:53) answers pods on a worker through 10.96.0.10;
+#   - endpoints follow readiness: an unready pod leaves the Service's rules and comes back;
+#   - an Ingress (two hosts, two paths, two Services) is served on every node's port 80 and
+#     its status lists all node addresses;
+#   - restarting a worker's `minik8s node` (its proxier) keeps the rules and an established
+#     connection through a ClusterIP.
 # Uses its own data dir and port; everything it starts is removed on exit (hack/down.sh --purge).
 # Its pod range is the single-node cluster's too: run it while no other cluster runs here.
 source "$(dirname "$0")/lib.sh"
+source "$REPO_ROOT/hack/multinode.sh"
 
 export MINIK8S_DATA_DIR="$(mktemp -d /tmp/minik8s-net.XXXXXX)"
 export MINIK8S_PORT="${MINIK8S_NET_PORT:-16453}"
 export MINIK8S_MERGE_KUBECONFIG="$MINIK8S_DATA_DIR/kubeconfig"
 export MINIK8S_IMAGES="pause busybox"
+# Cluster DNS relays no name off the machine: only cluster names are asked here.
+export MINIK8S_DNS_RESOLV_CONF=/dev/null
 DATA_DIR="$MINIK8S_DATA_DIR"
 # MINIK8S_KEEP=1 leaves the cluster running for a look after a failure.
 if [[ -z "${MINIK8S_KEEP:-}" ]]; then
@@ -21,7 +30,8 @@ fi
 "$REPO_ROOT/hack/up.sh" --nodes 3
 export KUBECONFIG="$DATA_DIR/admin.kubeconfig"
 NS=e2e-net
-W1=mk8s-node1 W1_IP=172.30.0.2 W2=mk8s-node2
+W1=mk8s-node1 W1_IP=172.30.0.2 W2=mk8s-node2 W2_IP=172.30.0.3
+BIN="${MINIK8S_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s}"
 HOST="$(kubectl get nodes -o name | sed 's|node/||' | grep -v '^mk8s-node' | head -1)"
 kubectl create namespace "$NS" >/dev/null
 
@@ -31,11 +41,11 @@ fail() {
   exit 1
 }
 
-pod() { # name node [labels]
+pod() { # name node [app label] [readiness probe]
   kubectl -n "$NS" apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
-metadata: {name: $1, labels: {app: ${3:-none}}}
+metadata: {name: $1, labels: {app: ${3:-none}, pod: $1}}
 spec:
   nodeSelector: {kubernetes.io/hostname: $2}
   terminationGracePeriodSeconds: 1
@@ -43,15 +53,16 @@ spec:
   - name: main
     image: busybox:1.36
     imagePullPolicy: Never
-    command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 80 -h /www']
-    readinessProbe: {httpGet: {path: /, port: 80}, periodSeconds: 1}
+    command: [sh, -c, 'mkdir -p /www/x && hostname | tee /www/x/index.html > /www/index.html && touch /tmp/ready && exec httpd -f -p 80 -h /www']
+    readinessProbe: ${4:-"{httpGet: {path: /, port: 80}, periodSeconds: 1}"}
 YAML
 }
 
 # Three web pods on two nodes (the host and worker 1); the client on worker 2.
 pod web-0 "$HOST" web
 pod web-1 "$W1" web
-pod web-2 "$W1" web
+# web-2 is Ready while /tmp/ready exists (the readiness case removes it).
+pod web-2 "$W1" web "{exec: {command: [test, -f, /tmp/ready]}, periodSeconds: 1}"
 pod client "$W2"
 kubectl -n "$NS" wait --for=condition=Ready pod --all --timeout=120s >/dev/null || fail "pods not Ready"
 for p in web-0 web-1 web-2 client; do
@@ -103,5 +114,164 @@ wait_for 30 sh -c "test \$(nsenter --net=/run/netns/$W2 iptables-save -t nat | g
 if nsenter --net=/run/netns/$W2 curl -sf -m 2 "http://$W1_IP:$node_port/" >/dev/null; then
   fail "NodePort $node_port still answers after the Service was deleted"
 fi
+
+
+log "cluster DNS from a pod on $W2"
+# The client's resolv.conf names 10.96.0.10 (the host's DNS, DNATed by $W2's proxier).
+resolves() { # name address
+  local out
+  out="$(kubectl -n "$NS" exec client -- nslookup "$1" 2>&1 || true)"
+  grep -Eq "^Address:[[:space:]]+$2\$" <<<"$out"
+}
+kube_ip="$(kubectl -n default get svc kubernetes -o jsonpath='{.spec.clusterIP}')"
+wait_for 30 resolves kubernetes.default.svc.cluster.local "$kube_ip" ||
+  fail "kubernetes.default does not resolve to $kube_ip from $W2: $(kubectl -n "$NS" exec client -- nslookup kubernetes.default.svc.cluster.local 2>&1)"
+wait_for 30 resolves "web.$NS.svc.cluster.local" "$cluster_ip" ||
+  fail "web does not resolve to $cluster_ip from $W2: $(kubectl -n "$NS" exec client -- nslookup "web.$NS.svc.cluster.local" 2>&1)"
+# busybox nslookup asks for the name as given; its wget walks the search list.
+for name in web "web.$NS"; do
+  out="$(get "http://$name/")" || fail "http://$name/ does not answer from $W2"
+  [[ "$out" == web-* ]] || fail "http://$name/ answered $out"
+done
+
+log "endpoints follow readiness"
+web2_ip="$(kubectl -n "$NS" get pod web-2 -o jsonpath='{.status.podIP}')"
+slice_ready() { # address true|false
+  [[ "$(kubectl -n "$NS" get endpointslices -l kubernetes.io/service-name=web \
+    -o jsonpath="{.items[*].endpoints[?(@.addresses[0]==\"$1\")].conditions.ready}")" == "$2" ]]
+}
+dnat_rules() { # node address: rules that DNAT to the address
+  nsenter --net="/run/netns/$1" iptables-save -t nat | grep -c -- "--to-destination $2:80" || true
+}
+no_dnat() { (($(dnat_rules "$1" "$2") == 0)); }
+has_dnat() { (($(dnat_rules "$1" "$2") > 0)); }
+has_dnat "$W2" "$web2_ip" || fail "no rule on $W2 sends to web-2 ($web2_ip)"
+kubectl -n "$NS" exec web-2 -- rm /tmp/ready
+kubectl -n "$NS" wait --for=condition=Ready=false pod/web-2 --timeout=30s >/dev/null || fail "web-2 stays Ready"
+wait_for 30 slice_ready "$web2_ip" false || fail "the EndpointSlice does not mark web-2 not ready"
+wait_for 30 no_dnat "$W2" "$web2_ip" || fail "$W2 still sends to the unready web-2"
+for _ in $(seq 1 12); do
+  out="$(get "http://$cluster_ip/")" || fail "$cluster_ip does not answer while web-2 is unready"
+  [[ "$out" != web-2 ]] || fail "the unready web-2 answered on $cluster_ip"
+done
+kubectl -n "$NS" exec web-2 -- touch /tmp/ready
+kubectl -n "$NS" wait --for=condition=Ready pod/web-2 --timeout=30s >/dev/null || fail "web-2 not Ready again"
+wait_for 30 slice_ready "$web2_ip" true || fail "the EndpointSlice does not mark web-2 ready again"
+wait_for 30 has_dnat "$W2" "$web2_ip" || fail "$W2 does not send to web-2 again"
+
+log "an Ingress with two hosts and two paths on every node's port 80"
+kubectl -n "$NS" expose pod web-0 --name alt --port 80 --selector pod=web-0 >/dev/null
+kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web}
+spec:
+  rules:
+  - host: a.e2e.example
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: /x, pathType: Prefix, backend: {service: {name: alt, port: {number: 80}}}}
+  - host: b.e2e.example
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: alt, port: {number: 80}}}}
+YAML
+ing_is() { # from-node address host path pattern
+  local out
+  out="$(nsenter --net="/run/netns/$1" curl -s -m 3 -H "Host: $3" "http://$2$4" 2>/dev/null)" || return 1
+  # shellcheck disable=SC2053
+  [[ "$out" == $5 ]]
+}
+ing_code() { # from-node address host path code
+  [[ "$(nsenter --net="/run/netns/$1" curl -s -m 3 -o /dev/null -w '%{http_code}' -H "Host: $3" "http://$2$4" 2>/dev/null)" == "$5" ]]
+}
+# From worker 2 through worker 1's address.
+wait_for 30 ing_is "$W2" "$W1_IP" a.e2e.example /x/ web-0 || fail "a.e2e.example/x/ through $W1 ($W1_IP) does not reach alt"
+ing_is "$W2" "$W1_IP" a.e2e.example / "web-*" || fail "a.e2e.example/ through $W1 does not reach web"
+ing_is "$W2" "$W1_IP" b.e2e.example / web-0 || fail "b.e2e.example/ through $W1 does not reach alt"
+ing_is "$W2" "$W1_IP" b.e2e.example /x/ web-0 || fail "b.e2e.example/x/ through $W1 does not reach alt"
+ing_code "$W2" "$W1_IP" c.e2e.example / 404 || fail "an unknown host through $W1 is not 404"
+# Every node serves it.
+for addr in "$MN_NET.1" "$W2_IP"; do
+  wait_for 30 ing_is "$W1" "$addr" a.e2e.example /x/ web-0 || fail "a.e2e.example/x/ through $addr does not reach alt"
+done
+want_lb="$MN_NET.1 $W1_IP $W2_IP"
+lb_is() { [[ "$(kubectl -n "$NS" get ingress web -o jsonpath='{.status.loadBalancer.ingress[*].ip}')" == "$1" ]]; }
+wait_for 30 lb_is "$want_lb" ||
+  fail "the Ingress status lists $(kubectl -n "$NS" get ingress web -o jsonpath='{.status.loadBalancer.ingress[*].ip}'), not $want_lb"
+ing_rv="$(kubectl -n "$NS" get ingress web -o jsonpath='{.metadata.resourceVersion}')"
+kubectl -n "$NS" get ingress web >&2
+
+log "restarting $W2's node process keeps an established connection through a ClusterIP"
+kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: echo, labels: {app: echo}}
+spec:
+  nodeSelector: {kubernetes.io/hostname: $W1}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    imagePullPolicy: Never
+    command: [nc, -ll, -p, "9000", -e, cat]
+    readinessProbe: {tcpSocket: {port: 9000}, periodSeconds: 1}
+YAML
+kubectl -n "$NS" wait --for=condition=Ready pod/echo --timeout=60s >/dev/null || fail "echo not Ready"
+kubectl -n "$NS" expose pod echo --port 9000 >/dev/null
+echo_ip="$(kubectl -n "$NS" get svc echo -o jsonpath='{.spec.clusterIP}')"
+svc_rules() { nsenter --net="/run/netns/$1" iptables-save -t nat | grep -c -- "$2" || true; }
+has_svc_rules() { (($(svc_rules "$1" "$2") > 0)); }
+echo_pod_ip="$(kubectl -n "$NS" get pod echo -o jsonpath='{.status.podIP}')"
+has_echo_dnat() { nsenter --net="/run/netns/$W2" iptables-save -t nat | grep -q -- "--to-destination $echo_pod_ip:9000"; }
+wait_for 30 has_echo_dnat || fail "$W2 has no rule for $NS/echo"
+# One connection for the pod's whole life (restartPolicy Never: if it breaks, nc exits and the
+# pod ends): lines appended to /tmp/in go out, the echo comes back into /tmp/out.
+kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: stream}
+spec:
+  nodeSelector: {kubernetes.io/hostname: $W2}
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    imagePullPolicy: Never
+    command: [sh, -c, 'touch /tmp/in && tail -f /tmp/in | nc $echo_ip 9000 > /tmp/out']
+YAML
+kubectl -n "$NS" wait --for=condition=Ready pod/stream --timeout=60s >/dev/null || fail "stream not Ready"
+send() { kubectl -n "$NS" exec stream -- sh -c "echo $1 >> /tmp/in"; }
+echoed() { kubectl -n "$NS" exec stream -- grep -qx "$1" /tmp/out; }
+send ping-1
+wait_for 30 echoed ping-1 || fail "ping-1 did not come back through $echo_ip"
+# While the node process is down no kubelet execs: the pod's files are reached through the
+# root of its tail process on this machine.
+tail_pid="$(pgrep -fx 'tail -f /tmp/in' || true)"
+[[ "$tail_pid" =~ ^[0-9]+$ ]] || fail "no single tail process of the stream pod: $tail_pid"
+pidfile="$(mn_dir 2)/node.pid"
+old_pid="$(cat "$pidfile")"
+stop_pidfile "$pidfile"
+! kill -0 "$old_pid" 2>/dev/null || fail "$W2's node process $old_pid did not stop"
+log "stopped $W2's node process $old_pid"
+has_echo_dnat || fail "$W2's rules for $NS/echo went with its node process"
+echo ping-2 >>"/proc/$tail_pid/root/tmp/in"
+wait_for 30 grep -qx ping-2 "/proc/$tail_pid/root/tmp/out" ||
+  fail "ping-2 did not come back while $W2's node process was stopped"
+mn_start_nodes 3 "$BIN" "$MINIK8S_PORT"
+kubectl wait --for=condition=Ready "node/$W2" --timeout=60s >/dev/null || fail "$W2 not Ready after its restart"
+# The new proxier has synced (a full iptables-restore) once it has the rules of a new Service.
+kubectl -n "$NS" expose pod web-0 --name after-restart --port 80 --selector pod=web-0 >/dev/null
+wait_for 60 has_svc_rules "$W2" "$NS/after-restart" || fail "the restarted proxier on $W2 does not sync"
+send ping-3
+wait_for 30 echoed ping-3 || fail "ping-3 did not come back after $W2's proxier restarted"
+state="$(kubectl -n "$NS" get pod stream -o jsonpath='{.status.phase} {.status.containerStatuses[0].restartCount}')"
+[[ "$state" == "Running 0" ]] || fail "the stream pod is $state, not Running 0: its connection broke"
+wait_for 30 ing_is "$W1" "$W2_IP" a.e2e.example /x/ web-0 || fail "the restarted $W2 does not serve the Ingress"
+# No proxy rewrote the status since it converged: the nodes agree on it.
+[[ "$(kubectl -n "$NS" get ingress web -o jsonpath='{.metadata.resourceVersion}')" == "$ing_rv" ]] ||
+  fail "the Ingress changed after its status converged: $(kubectl -n "$NS" get ingress web -o jsonpath='{.status}')"
 
 log "cross-node networking: all checks passed"

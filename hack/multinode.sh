@@ -17,12 +17,25 @@ mn_ns() { echo "mk8s-node$1"; }
 mn_dir() { echo "$DATA_DIR/nodes/$1"; }
 mn_ip() { echo "$MN_NET.$(($1 + 1))"; }
 
-# The server's flags for the host node of a multi-node cluster. Cluster DNS stays off: it
-# would take port 53 on every address of the host.
+# The server's flags for the host node of a multi-node cluster. Its cluster DNS listens on
+# the node address only ($MN_NET.1:53, see mn_check_dns_port); the workers' proxiers DNAT
+# the kube-dns Service's address there.
 mn_server_args() {
   echo --advertise-address "$MN_NET.1" --node-ip "$MN_NET.1" --bridge "$MN_HOST_BRIDGE" \
     --cgroup-root "$MN_HOST_CGROUP" --route-protocol "$MN_ROUTE_PROTOCOL" \
-    --kubelet-port "$MN_KUBELET_PORT" --disable-dns
+    --kubelet-port "$MN_KUBELET_PORT"
+}
+
+# Cluster DNS needs port 53 on $MN_NET.1: refuse to start while a socket holds it there or on
+# every address.
+mn_check_dns_port() {
+  local held
+  held="$(ss -Hlntu 'sport = :53' 2>/dev/null | awk '{print $5}' |
+    grep -E "^(0\.0\.0\.0|\*|\[::\]|${MN_NET//./\\.}\.1):53$" || true)"
+  if [[ -n "$held" ]]; then
+    log "port 53 is taken on $(echo "$held" | tr '\n' ' ')- cluster DNS needs $MN_NET.1:53: stop its owner first"
+    exit 1
+  fi
 }
 
 # The host node shares the pod range 10.244.0.0/16, its routes and the KUBE-* iptables chains
@@ -30,6 +43,18 @@ mn_server_args() {
 mn_check_alone() {
   if pgrep -f "minik8s server" >/dev/null 2>&1; then
     log "another minik8s server runs on this machine; a multi-node cluster would share its pod range, routes and iptables chains: stop it first"
+    exit 1
+  fi
+}
+
+# The host node's pod bridge takes 10.244.0.1: refuse to start while another device (a
+# single-node cluster's cni0, or one a test left) has an address in the pod range.
+mn_check_pod_range() {
+  local held
+  held="$(ip -o -4 addr show to 10.244.0.0/16 | awk -v own="$MN_HOST_BRIDGE" '$2 != own {print $2}' |
+    sort -u | tr '\n' ' ')"
+  if [[ -n "$held" ]]; then
+    log "${held}holds an address in the pod range 10.244.0.0/16, which the host node's $MN_HOST_BRIDGE needs: stop its cluster (hack/down.sh) or delete it"
     exit 1
   fi
 }

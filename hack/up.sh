@@ -44,6 +44,8 @@ fi
 
 if ((NODES > 1)); then
   mn_check_alone
+  mn_check_dns_port
+  mn_check_pod_range
   mn_setup_network "$NODES"
   read -r -a SERVER_EXTRA <<<"$(mn_server_args)"
 fi

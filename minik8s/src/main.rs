@@ -184,6 +184,14 @@ struct ServerArgs {
     /// the node's address. The `kube-dns` Service's endpoints point here.
     #[arg(long, env = "MINIK8S_DNS_BIND_ADDRESS", default_value = "0.0.0.0:53")]
     dns_bind_address: std::net::SocketAddr,
+    /// `server` only: cluster DNS relays other names to this file's nameservers; a file
+    /// without any (e.g. /dev/null) keeps every query on the machine.
+    #[arg(
+        long,
+        env = "MINIK8S_DNS_RESOLV_CONF",
+        default_value = "/etc/resolv.conf"
+    )]
+    dns_resolv_conf: PathBuf,
     /// `server` only: do not serve Ingresses beside the node agent.
     #[arg(long)]
     disable_ingress: bool,
@@ -344,11 +352,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
         }
         if !args.disable_dns {
             let listen = net::dns_listen_address(&args.agent, args.dns_bind_address);
-            let config = net::dns_config(
-                listen,
-                &args.agent.cluster_domain,
-                std::path::Path::new("/etc/resolv.conf"),
-            );
+            let config = net::dns_config(listen, &args.agent.cluster_domain, &args.dns_resolv_conf);
             if let Some(want) = net::kube_dns(&args.agent, listen) {
                 net_tasks.push(tokio::spawn(minik8s_proxy::dns::service::keep(
                     client(),

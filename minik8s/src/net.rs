@@ -188,6 +188,7 @@ pub async fn run_ingress(args: IngressArgs) -> anyhow::Result<()> {
     let config = minik8s_proxy::ingress::IngressConfig {
         bind: args.bind,
         addresses,
+        publish_node_addresses: false,
     };
     minik8s_proxy::ingress::run(client, config, crate::shutdown_signal()).await?;
     Ok(())
@@ -216,9 +217,10 @@ pub fn kube_dns(
     })
 }
 
-/// Starts the Ingress proxy in the background (the all-in-one server's node half), after
-/// making sure the `minik8s` IngressClass exists; the node's address goes into the
-/// Ingresses' status.
+/// Starts the Ingress proxy in the background (the node half of `server` and `node`), after
+/// making sure the `minik8s` IngressClass exists. Every node serves every Ingress, so the
+/// Ingresses' status lists the InternalIPs of all nodes (this node's address until a node
+/// has one).
 pub fn spawn_ingress(
     client: kube::Client,
     bind: SocketAddr,
@@ -235,6 +237,7 @@ pub fn spawn_ingress(
         let config = minik8s_proxy::ingress::IngressConfig {
             bind,
             addresses: vec![node_ip],
+            publish_node_addresses: true,
         };
         if let Err(e) = minik8s_proxy::ingress::run(client, config, shutdown).await {
             tracing::warn!(error = %e, "the Ingress proxy is not running");

@@ -1,6 +1,8 @@
 //! `minik8s node`: one worker node joining a running cluster, the standalone form of what
 //! `server` runs beside the control plane: the node agent (private containerd and kubelet),
-//! the proxier and the route agent, each with its own client of the API server.
+//! the proxier, the Ingress proxy and the route agent, each with a client of the API server.
+//! Stopping it leaves the pods and the proxier's iptables rules in place, so a restart (an
+//! upgrade) does not cut the node's established Service connections.
 //!
 //! There is no TLS bootstrap: the node issues its own client and serving certificates from
 //! the cluster CA, so it must be able to read the CA key (a node on the same machine).
@@ -35,6 +37,13 @@ pub struct NodeArgs {
     /// How the proxier programs Services (kube-proxy's flag).
     #[arg(long, value_enum, default_value = "iptables")]
     pub proxy_mode: crate::net::ProxyMode,
+    /// Do not serve Ingresses on this node.
+    #[arg(long)]
+    pub disable_ingress: bool,
+    /// Where this node serves Ingresses of the `minik8s` class (HTTP), in its own network
+    /// namespace.
+    #[arg(long, default_value = "0.0.0.0:80")]
+    pub ingress_bind_address: std::net::SocketAddr,
     #[command(flatten)]
     pub routes: routes::RouteArgs,
 }
@@ -67,10 +76,14 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let mut tasks = Vec::new();
-    if !args.disable_proxy {
+    let proxy_client = if args.disable_proxy && args.disable_ingress {
+        None
+    } else {
         let cert = pki.client("kube-proxy", "system:kube-proxy", &[])?;
         let path = args.data_dir.join("proxy.kubeconfig");
-        let client = agent::kubeconfig_client(&pki, &cert, &args.server, &path).await?;
+        Some(agent::kubeconfig_client(&pki, &cert, &args.server, &path).await?)
+    };
+    if let (false, Some(client)) = (args.disable_proxy, proxy_client.clone()) {
         let config = minik8s_proxy::iptables::ProxyConfig {
             hostname: name.clone(),
             cluster_cidr: Some(args.agent.cluster_cidr.clone()),
@@ -81,6 +94,15 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             config,
             Default::default(),
             args.proxy_mode,
+            stopped(stop_rx.clone()),
+        ));
+    }
+    if let (false, Some(client)) = (args.disable_ingress, proxy_client) {
+        // The proxier's identity, as the server's Ingress proxy has.
+        tasks.push(net::spawn_ingress(
+            client,
+            args.ingress_bind_address,
+            agent::node_ip(&args.agent),
             stopped(stop_rx.clone()),
         ));
     }

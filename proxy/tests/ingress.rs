@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::Api;
@@ -61,6 +61,22 @@ async fn get(proxy: SocketAddr, host: &str, path: &str) -> Option<(u16, String)>
     Some((code, body))
 }
 
+/// An in-process API server with our IngressClass as the default class.
+async fn api_with_class() -> anyhow::Result<(testkit::InProcess, kube::Client)> {
+    let api = testkit::InProcess::start(testkit::Backend::Sqlite).await?;
+    let client = api.client();
+    Api::<IngressClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "minik8s", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+                "spec": {"controller": "minik8s.io/ingress"}
+            }))?,
+        )
+        .await?;
+    Ok((api, client))
+}
+
 #[tokio::test]
 async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
     let first = TcpListener::bind("127.0.0.1:0").await?;
@@ -69,18 +85,8 @@ async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
     tokio::spawn(backend(first));
     tokio::spawn(backend(second));
 
-    let api = testkit::InProcess::start(testkit::Backend::Sqlite).await?;
-    let client = api.client();
+    let (_api, client) = api_with_class().await?;
     let pp = PostParams::default();
-    Api::<IngressClass>::all(client.clone())
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "metadata": {"name": "minik8s", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
-                "spec": {"controller": "minik8s.io/ingress"}
-            }))?,
-        )
-        .await?;
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     for (name, ip) in [("web", "10.96.0.30"), ("empty", "10.96.0.31")] {
         services
@@ -125,6 +131,7 @@ async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
     let config = IngressConfig {
         bind,
         addresses: vec!["127.0.0.1".parse()?],
+        publish_node_addresses: false,
     };
     tokio::spawn(minik8s_proxy::ingress::run(
         client.clone(),
@@ -181,15 +188,99 @@ async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
         Duration::from_secs(20),
         "the status lists our address",
         || async {
-            let ing = ingresses.get("main").await.ok()?;
-            let ips: Vec<String> = ing
-                .status?
-                .load_balancer?
-                .ingress?
-                .into_iter()
-                .filter_map(|i| i.ip)
-                .collect();
+            let ips = status_ips(&ingresses, "main").await?;
             (ips == ["127.0.0.1"]).then_some(())
+        },
+    )
+    .await;
+    Ok(())
+}
+
+/// The InternalIPs in an Ingress's status.
+async fn status_ips(ingresses: &Api<Ingress>, name: &str) -> Option<Vec<String>> {
+    let ing = ingresses.get(name).await.ok()?;
+    Some(
+        ing.status?
+            .load_balancer?
+            .ingress?
+            .into_iter()
+            .filter_map(|i| i.ip)
+            .collect(),
+    )
+}
+
+/// Two proxies (two nodes) that publish node addresses agree on the status: the sorted
+/// InternalIPs of the real nodes, hollow ones left out; a new node joins the list.
+#[tokio::test]
+async fn every_node_publishes_all_node_addresses() -> anyhow::Result<()> {
+    let (_api, client) = api_with_class().await?;
+    let pp = PostParams::default();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let add_node = |name: &'static str, ip: &'static str, hollow: bool| {
+        let nodes = nodes.clone();
+        async move {
+            let labels = if hollow {
+                json!({"minik8s.io/hollow": "x"})
+            } else {
+                json!({})
+            };
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": labels},
+            }))?;
+            nodes.create(&PostParams::default(), &node).await?;
+            let status = json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": ip},
+                {"type": "Hostname", "address": name},
+            ]}});
+            nodes
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+                .await?;
+            anyhow::Ok(())
+        }
+    };
+    add_node("node-b", "192.0.2.20", false).await?;
+    add_node("node-a", "192.0.2.10", false).await?;
+    add_node("hollow-0", "192.0.2.99", true).await?;
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), "default");
+    ingresses
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "main"},
+                "spec": {"rules": [{"host": "foo.example", "http": {"paths": [
+                    {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}},
+                ]}}]}
+            }))?,
+        )
+        .await?;
+    for own in ["192.0.2.10", "192.0.2.20"] {
+        let config = IngressConfig {
+            bind: format!("127.0.0.1:{}", testkit::free_port()).parse()?,
+            addresses: vec![own.parse()?],
+            publish_node_addresses: true,
+        };
+        tokio::spawn(minik8s_proxy::ingress::run(
+            client.clone(),
+            config,
+            std::future::pending(),
+        ));
+    }
+    testkit::eventually(
+        Duration::from_secs(20),
+        "the status lists both nodes",
+        || async {
+            let ips = status_ips(&ingresses, "main").await?;
+            (ips == ["192.0.2.10", "192.0.2.20"]).then_some(())
+        },
+    )
+    .await;
+    add_node("node-c", "192.0.2.15", false).await?;
+    testkit::eventually(
+        Duration::from_secs(20),
+        "the status lists the new node too",
+        || async {
+            let ips = status_ips(&ingresses, "main").await?;
+            (ips == ["192.0.2.10", "192.0.2.15", "192.0.2.20"]).then_some(())
         },
     )
     .await;

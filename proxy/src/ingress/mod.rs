@@ -17,6 +17,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::{
     Ingress, IngressClass, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
 };
@@ -157,8 +158,40 @@ impl Proxy {
 #[derive(Clone, Debug)]
 pub struct IngressConfig {
     pub bind: SocketAddr,
-    /// Published in `status.loadBalancer.ingress` of the Ingresses we serve.
+    /// Published in `status.loadBalancer.ingress` of the Ingresses we serve (with
+    /// `publish_node_addresses`, only while no node has an InternalIP).
     pub addresses: Vec<IpAddr>,
+    /// Publish the InternalIPs of every node instead (every node runs this proxy), so that
+    /// the proxies of all nodes want the same status and do not overwrite each other's.
+    pub publish_node_addresses: bool,
+}
+
+/// Nodes with this label are hollow (no containers, no Ingress proxy): not published.
+const HOLLOW_LABEL: &str = "minik8s.io/hollow";
+
+/// The InternalIPs of the nodes that run real node agents, sorted and without repeats, so
+/// every proxy that sees the same nodes computes the same list.
+pub fn node_addresses<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = nodes
+        .into_iter()
+        .filter(|n| {
+            !n.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(HOLLOW_LABEL))
+        })
+        .flat_map(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.addresses.clone())
+                .unwrap_or_default()
+        })
+        .filter(|a| a.type_ == "InternalIP")
+        .filter_map(|a| a.address.parse().ok())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    ips
 }
 
 fn wanted_status(addresses: &[IpAddr]) -> IngressStatus {
@@ -215,6 +248,9 @@ pub async fn run(
     let caches = Caches::start(client.clone());
     let ingresses = watch::<Ingress>(Api::all(client.clone()), caches.changed.clone());
     let classes = watch::<IngressClass>(Api::all(client.clone()), caches.changed.clone());
+    let nodes = config
+        .publish_node_addresses
+        .then(|| watch::<Node>(Api::all(client.clone()), caches.changed.clone()));
     let proxy = Proxy::new(Routes::default());
     let updater = {
         let proxy = proxy.clone();
@@ -222,6 +258,11 @@ pub async fn run(
             if caches.ready().await.is_err()
                 || ingresses.wait_until_ready().await.is_err()
                 || classes.wait_until_ready().await.is_err()
+            {
+                return;
+            }
+            if let Some(nodes) = &nodes
+                && nodes.wait_until_ready().await.is_err()
             {
                 return;
             }
@@ -239,7 +280,18 @@ pub async fn run(
                     .into_iter()
                     .filter(|i| routes::is_ours(i, &cls))
                     .collect();
-                update_statuses(&client, &ours, &config.addresses).await;
+                let published = match &nodes {
+                    Some(nodes) => {
+                        let ips = node_addresses(nodes.state().iter().map(|n| &**n));
+                        if ips.is_empty() {
+                            config.addresses.clone()
+                        } else {
+                            ips
+                        }
+                    }
+                    None => config.addresses.clone(),
+                };
+                update_statuses(&client, &ours, &published).await;
                 caches.changed.notified().await;
             }
         })
