@@ -9,7 +9,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 # Installs the Debian packages minik8s needs, only those missing.
 install_packages() {
   local want=(protobuf-compiler etcd-server etcd-client iptables curl ca-certificates
-    containerd runc containernetworking-plugins busybox-static gcc libc6-dev)
+    containerd runc crun containernetworking-plugins busybox-static gcc libc6-dev)
   local missing=()
   for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -58,6 +58,81 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { context, source }
 }
 
+/// The OCI runtime for the runc shim: crun when installed, else runc. crun, a small C
+/// program, creates and starts a container for well under half of runc's CPU (runc starts a
+/// Go runtime for every call and re-executes itself as `runc init`), and every pod starts two
+/// containers, its sandbox and the container proper. `MINIK8S_OCI_RUNTIME` names another
+/// binary (for comparing the two). [`Containerd::start`] falls back to runc where crun cannot
+/// manage the cgroups.
+pub fn oci_runtime() -> PathBuf {
+    if let Some(path) = std::env::var_os("MINIK8S_OCI_RUNTIME").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    find_binary("crun").unwrap_or_else(runc)
+}
+
+fn runc() -> PathBuf {
+    find_binary("runc").unwrap_or_else(|| PathBuf::from("/usr/sbin/runc"))
+}
+
+/// `name` in the usual system directories or on `PATH`.
+fn find_binary(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    ["/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"]
+        .into_iter()
+        .map(PathBuf::from)
+        .chain(std::env::split_paths(&path))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn is_crun(binary: &Path) -> bool {
+    binary.file_name().is_some_and(|n| n == "crun")
+}
+
+/// Whether crun can manage this machine's cgroups, making it so where it can: crun refuses a
+/// hybrid layout (v1 controllers beside a v2 hierarchy) as soon as any controller is attached
+/// to the v2 hierarchy, as hugetlb is when the host mounts no v1 hierarchy for it. Such a
+/// controller is mounted as a v1 hierarchy of its own under `/sys/fs/cgroup` (where runc and
+/// the kubelet's pod cgroups use it as they use the others), which the kernel allows while no
+/// v2 cgroup has it enabled.
+fn cgroups_ready_for_crun() -> bool {
+    let mounts = cgroup_mounts();
+    let Some(v2) = mounts.iter().find(|m| m.v2) else {
+        return true;
+    };
+    if !mounts.iter().any(|m| !m.v2) {
+        return true;
+    }
+    let controllers_file = v2.point.join("cgroup.controllers");
+    let attached = || std::fs::read_to_string(&controllers_file).unwrap_or_default();
+    for controller in attached().split_whitespace() {
+        let target = Path::new("/sys/fs/cgroup").join(controller);
+        if let Err(e) = std::fs::create_dir_all(&target) {
+            tracing::info!(controller, error = %e, "cannot move a controller off cgroup v2");
+            continue;
+        }
+        let flags = nix::mount::MsFlags::empty();
+        match nix::mount::mount(
+            Some("cgroup"),
+            &target,
+            Some("cgroup"),
+            flags,
+            Some(controller),
+        ) {
+            Ok(()) => tracing::info!(
+                controller,
+                at = %target.display(),
+                "mounted a cgroup v1 hierarchy for crun"
+            ),
+            Err(e) => {
+                tracing::info!(controller, error = %e, "cannot move a controller off cgroup v2")
+            }
+        }
+    }
+    attached().trim().is_empty()
+}
+
 /// How to run the private containerd.
 #[derive(Clone, Debug)]
 pub struct ContainerdConfig {
@@ -65,6 +140,7 @@ pub struct ContainerdConfig {
     pub dir: PathBuf,
     pub binary: PathBuf,
     pub sandbox_image: String,
+    /// The OCI runtime the runc shim runs (its `BinaryName`): see [`oci_runtime`].
     pub runc: PathBuf,
     pub cni_bin_dir: PathBuf,
     pub snapshotter: String,
@@ -83,7 +159,7 @@ impl ContainerdConfig {
             dir: dir.into(),
             binary: PathBuf::from("/usr/bin/containerd"),
             sandbox_image: SANDBOX_IMAGE.to_string(),
-            runc: PathBuf::from("/usr/sbin/runc"),
+            runc: oci_runtime(),
             cni_bin_dir: PathBuf::from("/usr/lib/cni"),
             snapshotter: "overlayfs".to_string(),
             log_level: "info".to_string(),
@@ -225,6 +301,12 @@ impl Containerd {
             std::fs::create_dir_all(&d).map_err(io(format!("creating {}", d.display())))?;
         }
         stop_stale(&config);
+        if is_crun(&config.runc) && !cgroups_ready_for_crun() {
+            tracing::warn!(
+                "crun cannot manage this machine's cgroups (hybrid with controllers on v2): using runc"
+            );
+            config.runc = runc();
+        }
         let path = config.config_path();
         std::fs::write(&path, config.render())
             .map_err(io(format!("writing {}", path.display())))?;
@@ -702,7 +784,8 @@ mod tests {
 
     #[test]
     fn config_names_everything_under_the_dir() {
-        let c = ContainerdConfig::new("/tmp/x y");
+        let mut c = ContainerdConfig::new("/tmp/x y");
+        c.runc = PathBuf::from("/usr/sbin/runc");
         let text = c.render();
         for want in [
             r#"root = "/tmp/x y/root""#,

@@ -227,6 +227,29 @@ async fn pods_run_restart_and_survive_a_node_restart() {
     .await;
     assert_eq!(last, 7);
 
+    // A container over its memory limit is killed by the kernel and reported as OOMKilled.
+    let oom: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "oom"},
+        "spec": {"nodeName": NODE, "restartPolicy": "Never", "containers": [{
+            "name": "main", "image": "busybox:1.36",
+            "command": ["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"],
+            "resources": {"limits": {"memory": "16Mi"}}
+        }]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &oom).await.unwrap();
+    let killed = wait_pod(&pods, "oom", "oom to be killed", |p| {
+        let t = cstatus(p)?.state?.terminated?;
+        Some((t.reason?, t.exit_code))
+    })
+    .await;
+    assert_eq!(killed, ("OOMKilled".to_string(), 137));
+    pods.delete("oom", &DeleteParams::default()).await.unwrap();
+    eventually(Duration::from_secs(60), "oom to be gone", || async {
+        pods.get_opt("oom").await.ok()?.is_none().then_some(())
+    })
+    .await;
+
     // The node goes down; meanwhile (control plane only) crash is force-deleted. The node comes
     // back: web's container is adopted (same ID, same restart count), crash's are removed.
     node.stop();
