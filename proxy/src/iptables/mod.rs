@@ -59,8 +59,8 @@ pub async fn run(
         periods,
         "iptables",
         shutdown,
-        move |state| {
-            let rules = render_rules(&state);
+        move |snapshot| {
+            let rules = render_rules(&snapshot.to_state());
             let mut syncer = syncer.lock().unwrap_or_else(|e| e.into_inner());
             syncer.sync(rules)
         },

@@ -43,7 +43,7 @@ pub const SERVICE_CHAIN_PREFIXES: [&str; 5] = [
 ];
 
 /// The node-specific settings of the proxier (kube-proxy's flags).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProxyConfig {
     /// This node's name: endpoints on it are "local" for externalTrafficPolicy Local.
     pub hostname: String,

@@ -5,6 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -39,8 +41,26 @@ pub async fn bounded_frequency<F, Fut>(
     }
 }
 
+/// What the caches hold at the start of a sync.
+pub struct Snapshot {
+    pub config: ProxyConfig,
+    pub services: Vec<Arc<Service>>,
+    pub slices: Vec<Arc<EndpointSlice>>,
+}
+
+impl Snapshot {
+    /// A copy of every object, for the iptables mode's full render.
+    pub fn to_state(&self) -> ProxyState {
+        ProxyState {
+            config: self.config.clone(),
+            services: self.services.iter().map(|s| (**s).clone()).collect(),
+            slices: self.slices.iter().map(|s| (**s).clone()).collect(),
+        }
+    }
+}
+
 /// The proxier loop of both modes: waits for the caches to fill, then calls `sync` with the
-/// current state whenever the caches change (rate-limited) and at least every `periods.max`,
+/// cached objects (shared, not copied: an unchanged object is the same `Arc` as before) whenever the caches change (rate-limited) and at least every `periods.max`,
 /// until `shutdown`. Syncs run off the async runtime: rendering 10,000 Services takes long
 /// enough to stall other tasks.
 pub async fn run_proxier<K, S>(
@@ -53,7 +73,7 @@ pub async fn run_proxier<K, S>(
 ) -> Result<(), Error>
 where
     K: std::fmt::Debug + Send + 'static,
-    S: Fn(ProxyState) -> Result<K, Error> + Send + Sync + 'static,
+    S: Fn(Snapshot) -> Result<K, Error> + Send + Sync + 'static,
 {
     tokio::select! {
         r = caches.ready() => r?,
@@ -62,10 +82,10 @@ where
     let trigger = caches.changed.clone();
     let sync = Arc::new(sync);
     bounded_frequency(periods, trigger, shutdown, || {
-        let state = ProxyState {
+        let state = Snapshot {
             config: config.clone(),
-            services: caches.services(),
-            slices: caches.slices(),
+            services: caches.services.state(),
+            slices: caches.slices.state(),
         };
         let sync = sync.clone();
         let span = tracing::info_span!("sync_proxy_rules", services = state.services.len());

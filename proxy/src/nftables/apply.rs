@@ -7,8 +7,15 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::render::{NftRuleset, Plan, TABLE, partial_script};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::render::{NftRuleset, Plan, TABLE, partial_script, service_ruleset, static_ruleset};
+use crate::endpoints::{SERVICE_NAME_LABEL, is_headless, service_key};
 use crate::iptables::Error;
+use crate::iptables::render::{ProxyConfig, ProxyState};
 
 /// What the proxier needs from nftables.
 pub trait Nft: Send + Sync {
@@ -105,13 +112,41 @@ pub enum SyncKind {
 /// forgets the clients remembered for session affinity, hence not every sync period.
 pub const FULL_SYNC_PERIOD: Duration = Duration::from_secs(3600);
 
-/// The proxier's memory between syncs: what the last successful sync put in the kernel, so
-/// that the next one sends only the difference. A full sync runs first, after any failure (the
-/// kernel's state is then unknown), and once per `full_every`.
+/// `(namespace, name)` of a Service.
+type ServiceKey = (String, String);
+
+/// One Service as last rendered: the objects it was rendered from (the reflector hands out the
+/// same `Arc` while an object is unchanged, so a pointer comparison usually decides) and its
+/// piece of the table.
+struct Rendered {
+    service: Arc<Service>,
+    slices: Vec<Arc<EndpointSlice>>,
+    rules: NftRuleset,
+}
+
+impl Rendered {
+    fn same_input(&self, service: &Arc<Service>, slices: &[&Arc<EndpointSlice>]) -> bool {
+        let same = |a: &Arc<EndpointSlice>, b: &Arc<EndpointSlice>| Arc::ptr_eq(a, b) || a == b;
+        (Arc::ptr_eq(&self.service, service) || self.service == *service)
+            && self.slices.len() == slices.len()
+            && self.slices.iter().zip(slices).all(|(a, b)| same(a, b))
+    }
+}
+
+/// The proxier's memory between syncs, as upstream's change trackers: every Service's piece of
+/// the table as last rendered, so that a sync re-renders only the Services whose Service or
+/// EndpointSlices changed and sends the kernel only their differences. A full sync runs first,
+/// after any failure (the kernel's state is then unknown), when the configuration changed, and
+/// once per `full_every`.
 pub struct Syncer {
     nft: Arc<dyn Nft>,
     full_every: Duration,
-    applied: Option<NftRuleset>,
+    config: Option<ProxyConfig>,
+    services: BTreeMap<ServiceKey, Rendered>,
+    /// Which Services put each map or set element in, in key order: the first one's value is
+    /// in the kernel (two Services may share an element, e.g. an endpoint's hairpin pair).
+    owners: HashMap<(&'static str, String), BTreeSet<ServiceKey>>,
+    in_kernel: bool,
     last_full: Option<Instant>,
 }
 
@@ -120,22 +155,148 @@ impl Syncer {
         Syncer {
             nft,
             full_every,
-            applied: None,
+            config: None,
+            services: BTreeMap::new(),
+            owners: HashMap::new(),
+            in_kernel: false,
             last_full: None,
         }
     }
 
-    /// Puts `next` into the kernel, partially when the previous sync's result can be trusted.
-    pub fn sync(&mut self, next: NftRuleset) -> Result<SyncKind, Error> {
-        let full_due = self
-            .last_full
-            .is_none_or(|t| t.elapsed() >= self.full_every);
-        // Taken, so that a failure below leaves nothing to diff against: the next sync is full.
-        let applied = self.applied.take();
-        let plan = match &applied {
-            Some(applied) if !full_due => partial_script(applied, &next),
-            _ => Plan::Full,
+    /// [`Syncer::sync`] for owned objects (tests, benchmarks): unchanged objects are then
+    /// recognised by comparing them.
+    pub fn sync_state(&mut self, state: &ProxyState) -> Result<SyncKind, Error> {
+        let services: Vec<Arc<Service>> = state.services.iter().cloned().map(Arc::new).collect();
+        let slices: Vec<Arc<EndpointSlice>> = state.slices.iter().cloned().map(Arc::new).collect();
+        self.sync(&state.config, &services, &slices)
+    }
+
+    /// Brings the kernel to the table for these Services and slices: re-renders the Services
+    /// whose inputs changed since the previous sync and sends only their differences, or
+    /// replaces the whole table when a full sync is due.
+    pub fn sync(
+        &mut self,
+        config: &ProxyConfig,
+        services: &[Arc<Service>],
+        slices: &[Arc<EndpointSlice>],
+    ) -> Result<SyncKind, Error> {
+        if self.config.as_ref() != Some(config) {
+            self.config = Some(config.clone());
+            self.services.clear();
+            self.owners.clear();
+            self.in_kernel = false;
+        }
+        let mut by_service: HashMap<(&str, &str), Vec<&Arc<EndpointSlice>>> = HashMap::new();
+        for slice in slices {
+            let ns = slice.metadata.namespace.as_deref();
+            let svc = slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL));
+            if let (Some(ns), Some(svc)) = (ns, svc) {
+                by_service
+                    .entry((ns, svc.as_str()))
+                    .or_default()
+                    .push(slice);
+            }
+        }
+        // The Services to re-render or remove, with their new piece.
+        let mut dirty: Vec<(ServiceKey, Option<Rendered>)> = Vec::new();
+        let mut seen: HashSet<ServiceKey> = HashSet::with_capacity(services.len());
+        for svc in services {
+            if is_headless(svc) {
+                continue;
+            }
+            let key = service_key(svc);
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            let mut own = by_service
+                .get(&(key.0.as_str(), key.1.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            own.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            if self
+                .services
+                .get(&key)
+                .is_some_and(|r| r.same_input(svc, &own))
+            {
+                continue;
+            }
+            let refs: Vec<&EndpointSlice> = own.iter().map(|s| s.as_ref()).collect();
+            let rendered = Rendered {
+                rules: service_ruleset(config, svc, &refs),
+                service: svc.clone(),
+                slices: own.into_iter().cloned().collect(),
+            };
+            dirty.push((key, Some(rendered)));
+        }
+        for key in self.services.keys().filter(|k| !seen.contains(*k)) {
+            dirty.push((key.clone(), None));
+        }
+
+        let full_due = !self.in_kernel
+            || self
+                .last_full
+                .is_none_or(|t| t.elapsed() >= self.full_every);
+        // Every element a dirty Service had or will have: what the kernel holds for them now,
+        // then what it should hold.
+        let mut touched: BTreeSet<(&'static str, String)> = BTreeSet::new();
+        for (key, new) in &dirty {
+            for piece in [self.services.get(key), new.as_ref()].into_iter().flatten() {
+                for (map, elements) in &piece.rules.maps {
+                    touched.extend(elements.keys().map(|k| (*map, k.clone())));
+                }
+            }
+        }
+        let mut before = NftRuleset::default();
+        if !full_due {
+            for (key, _) in &dirty {
+                if let Some(old) = self.services.get(key) {
+                    before.add_structure(&old.rules);
+                }
+            }
+            before.maps = self.effective(&touched);
+        }
+        let mut after = NftRuleset::default();
+        for (key, new) in dirty {
+            if let Some(old) = self.services.remove(&key) {
+                for (map, elements) in &old.rules.maps {
+                    for k in elements.keys() {
+                        let owned = (*map, k.clone());
+                        if let Some(o) = self.owners.get_mut(&owned) {
+                            o.remove(&key);
+                            if o.is_empty() {
+                                self.owners.remove(&owned);
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(new) = new {
+                for (map, elements) in &new.rules.maps {
+                    for k in elements.keys() {
+                        self.owners
+                            .entry((*map, k.clone()))
+                            .or_default()
+                            .insert(key.clone());
+                    }
+                }
+                if !full_due {
+                    after.add_structure(&new.rules);
+                }
+                self.services.insert(key, new);
+            }
+        }
+        let plan = if full_due {
+            Plan::Full
+        } else {
+            after.maps = self.effective(&touched);
+            partial_script(&before, &after)
         };
+        // Until this sync succeeds the kernel's state is unknown: the next one is then full.
+        self.in_kernel = false;
         let kind = match plan {
             Plan::Unchanged => SyncKind::Unchanged,
             Plan::Partial(script) => {
@@ -143,13 +304,42 @@ impl Syncer {
                 SyncKind::Partial
             }
             Plan::Full => {
-                self.nft.run(&next.to_script())?;
+                self.nft.run(&self.ruleset().to_script())?;
                 self.last_full = Some(Instant::now());
                 SyncKind::Full
             }
         };
-        self.applied = Some(next);
+        self.in_kernel = true;
         Ok(kind)
+    }
+
+    /// The whole table as the Services last rendered make it.
+    pub fn ruleset(&self) -> NftRuleset {
+        let mut r = static_ruleset(self.config.as_ref().unwrap_or(&ProxyConfig::default()));
+        for rendered in self.services.values() {
+            r.merge(&rendered.rules);
+        }
+        r
+    }
+
+    /// The value in the table of each of `elements`, as its first owner has it.
+    fn effective(
+        &self,
+        elements: &BTreeSet<(&'static str, String)>,
+    ) -> BTreeMap<&'static str, BTreeMap<String, String>> {
+        let mut out: BTreeMap<&'static str, BTreeMap<String, String>> = BTreeMap::new();
+        for (map, k) in elements {
+            let owners = self.owners.get(&(*map, k.clone()));
+            let value = owners
+                .and_then(|o| o.first())
+                .and_then(|owner| self.services.get(owner))
+                .and_then(|r| r.rules.maps.get(map))
+                .and_then(|m| m.get(k));
+            if let Some(v) = value {
+                out.entry(*map).or_default().insert(k.clone(), v.clone());
+            }
+        }
+        out
     }
 }
 
@@ -161,7 +351,7 @@ pub fn cleanup(nft: &dyn Nft) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::render::ProxyState;
+    use crate::iptables::render::tests::web;
     use crate::nftables::render::render_ruleset;
 
     fn state(cluster_ip: &str) -> ProxyState {
@@ -180,20 +370,23 @@ mod tests {
     fn syncer_replaces_the_table_first_then_sends_only_changes() {
         let fake = Arc::new(FakeNft::default());
         let mut syncer = Syncer::new(fake.clone(), FULL_SYNC_PERIOD);
-        let first = render_ruleset(&state("10.96.0.1"));
-        assert_eq!(syncer.sync(first.clone()).unwrap(), SyncKind::Full);
-        assert_eq!(fake.scripts.lock().unwrap()[0], first.to_script());
+        let first = state("10.96.0.1");
+        assert_eq!(syncer.sync_state(&first).unwrap(), SyncKind::Full);
+        assert_eq!(
+            fake.scripts.lock().unwrap()[0],
+            render_ruleset(&first).to_script()
+        );
 
-        assert_eq!(syncer.sync(first.clone()).unwrap(), SyncKind::Unchanged);
+        assert_eq!(syncer.sync_state(&first).unwrap(), SyncKind::Unchanged);
         assert_eq!(fake.scripts.lock().unwrap().len(), 1);
 
-        let second = render_ruleset(&state("10.96.0.2"));
-        assert_eq!(syncer.sync(second.clone()).unwrap(), SyncKind::Partial);
+        let second = state("10.96.0.2");
+        assert_eq!(syncer.sync_state(&second).unwrap(), SyncKind::Partial);
         let scripts = fake.scripts.lock().unwrap();
         assert_eq!(
             Plan::Partial(scripts[1].clone()),
-            partial_script(&first, &second),
-            "the partial sync is the diff against what was applied"
+            partial_script(&render_ruleset(&first), &render_ruleset(&second)),
+            "the partial sync is the diff of the whole tables"
         );
         assert_eq!(
             scripts[1],
@@ -202,13 +395,83 @@ mod tests {
         );
     }
 
+    /// `web` (endpoints as given) plus `api`, which shares the endpoint 10.244.0.2.
+    fn two_services(web_endpoints: &[&str], with_api: bool) -> ProxyState {
+        let mut state = web(web_endpoints);
+        if with_api {
+            let api = serde_json::from_value(serde_json::json!({
+                "metadata": {"namespace": "default", "name": "api"},
+                "spec": {"clusterIP": "10.96.0.30", "ports": [{"port": 443, "targetPort": 8080}]}
+            }))
+            .unwrap();
+            state.services.push(api);
+            let mut slice = web(&["10.244.0.2"]).slices.remove(0);
+            slice.metadata.name = Some("api-1".into());
+            slice
+                .metadata
+                .labels
+                .as_mut()
+                .unwrap()
+                .insert(crate::endpoints::SERVICE_NAME_LABEL.into(), "api".into());
+            state.slices.push(slice);
+        }
+        state
+    }
+
+    #[test]
+    fn incremental_syncs_send_what_a_diff_of_the_whole_tables_sends() {
+        let fake = Arc::new(FakeNft::default());
+        let mut syncer = Syncer::new(fake.clone(), FULL_SYNC_PERIOD);
+        let steps = [
+            two_services(&["10.244.0.2"], true),
+            two_services(&["10.244.0.2", "10.244.0.3"], true),
+            // `web` loses the endpoint it shares with `api`: the hairpin pair stays.
+            two_services(&["10.244.0.3"], true),
+            two_services(&[], true),
+            two_services(&["10.244.0.2"], false),
+            two_services(&["10.244.0.2"], true),
+        ];
+        assert_eq!(syncer.sync_state(&steps[0]).unwrap(), SyncKind::Full);
+        for pair in steps.windows(2) {
+            let expected = partial_script(&render_ruleset(&pair[0]), &render_ruleset(&pair[1]));
+            let before = fake.scripts.lock().unwrap().len();
+            let kind = syncer.sync_state(&pair[1]).unwrap();
+            let scripts = fake.scripts.lock().unwrap();
+            match expected {
+                Plan::Partial(script) => {
+                    assert_eq!(kind, SyncKind::Partial);
+                    assert_eq!(scripts[before], script);
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(syncer.ruleset(), render_ruleset(&pair[1]));
+        }
+        let scripts = fake.scripts.lock().unwrap();
+        assert!(
+            !scripts[2].contains("10.244.0.2 . 10.244.0.2"),
+            "api still needs the shared hairpin pair: {}",
+            scripts[2]
+        );
+        assert!(
+            scripts[3].contains("delete element ip kube-proxy hairpin { 10.244.0.3 . 10.244.0.3 }"),
+            "{}",
+            scripts[3]
+        );
+        // `api` goes as `web` takes 10.244.0.2 back: the pair changes owner, not value.
+        assert!(
+            !scripts[4].contains("10.244.0.2 . 10.244.0.2"),
+            "{}",
+            scripts[4]
+        );
+    }
+
     #[test]
     fn syncer_is_full_again_when_due() {
         let fake = Arc::new(FakeNft::default());
         let mut syncer = Syncer::new(fake.clone(), Duration::ZERO);
-        let rules = render_ruleset(&state("10.96.0.1"));
-        assert_eq!(syncer.sync(rules.clone()).unwrap(), SyncKind::Full);
-        assert_eq!(syncer.sync(rules).unwrap(), SyncKind::Full);
+        let state = state("10.96.0.1");
+        assert_eq!(syncer.sync_state(&state).unwrap(), SyncKind::Full);
+        assert_eq!(syncer.sync_state(&state).unwrap(), SyncKind::Full);
         assert_eq!(fake.scripts.lock().unwrap().len(), 2);
     }
 
@@ -235,13 +498,16 @@ mod tests {
     fn a_failed_sync_makes_the_next_one_full() {
         let switch = Arc::new(Switch::default());
         let mut syncer = Syncer::new(switch.clone(), FULL_SYNC_PERIOD);
-        let first = render_ruleset(&state("10.96.0.1"));
-        let second = render_ruleset(&state("10.96.0.2"));
-        assert_eq!(syncer.sync(first).unwrap(), SyncKind::Full);
+        let first = state("10.96.0.1");
+        let second = state("10.96.0.2");
+        assert_eq!(syncer.sync_state(&first).unwrap(), SyncKind::Full);
         *switch.failing.lock().unwrap() = true;
-        assert!(syncer.sync(second.clone()).is_err());
+        assert!(syncer.sync_state(&second).is_err());
         *switch.failing.lock().unwrap() = false;
-        assert_eq!(syncer.sync(second.clone()).unwrap(), SyncKind::Full);
-        assert_eq!(switch.fake.scripts.lock().unwrap()[1], second.to_script());
+        assert_eq!(syncer.sync_state(&second).unwrap(), SyncKind::Full);
+        assert_eq!(
+            switch.fake.scripts.lock().unwrap()[1],
+            render_ruleset(&second).to_script()
+        );
     }
 }

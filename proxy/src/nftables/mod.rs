@@ -1,8 +1,8 @@
 //! kube-proxy's nftables mode: the same watches, caches and bounded-frequency runner as the
 //! iptables mode, rendering into one nftables table instead. Services are dispatched through
 //! verdict maps, so the kernel's cost per packet and `nft`'s cost per sync do not grow with a
-//! linear list of rules; a change is one small transaction (map elements and the chains of the
-//! Services that changed), and the whole table is replaced only once per
+//! linear list of rules; a change re-renders only the Services whose objects changed and is one
+//! small transaction (their map and set elements and chains), and the whole table is replaced only once per
 //! [`apply::FULL_SYNC_PERIOD`] or after a failure.
 
 pub mod apply;
@@ -32,10 +32,9 @@ pub async fn run(
         periods,
         "nftables",
         shutdown,
-        move |state| {
-            let rules = render_ruleset(&state);
+        move |snapshot| {
             let mut syncer = syncer.lock().unwrap_or_else(|e| e.into_inner());
-            syncer.sync(rules)
+            syncer.sync(&snapshot.config, &snapshot.services, &snapshot.slices)
         },
     )
     .await

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::endpoints::{
     Endpoint, ServiceFacts, is_headless, port_endpoints, service_key, slices_by_service,
 };
-use crate::iptables::render::{MASQ_MARK, ProxyState};
+use crate::iptables::render::{MASQ_MARK, ProxyConfig, ProxyState};
 
 /// Our table (family `ip`): everything the proxier owns lives in it.
 pub const TABLE: &str = "kube-proxy";
@@ -24,6 +24,8 @@ pub const SERVICE_IPS: &str = "service-ips";
 pub const SERVICE_NODEPORTS: &str = "service-nodeports";
 pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
 pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
+pub const CLUSTER_IPS: &str = "cluster-ip-ports";
+pub const HAIRPIN: &str = "hairpin";
 
 /// Base chains: (name, type, hook, priority). Filtering runs before DNAT (priority dstnat-10)
 /// so it sees the Service's address, as upstream.
@@ -49,6 +51,22 @@ pub const MAPS: [(&str, &str); 4] = [
     ),
     (SERVICE_NODEPORTS, "inet_proto . inet_service : verdict"),
 ];
+
+/// Plain sets: (name, type). `cluster-ip-ports` holds the `ip . proto . port` of every cluster IP
+/// with endpoints, so one rule in `services` marks traffic from outside the pod network for
+/// masquerading (upstream writes that rule into each service chain). `hairpin` holds
+/// `ip . ip` for every endpoint: after DNAT, a packet whose source is its own destination is an
+/// endpoint reaching itself through its Service and is masqueraded in `masquerading`. Upstream
+/// writes that rule into a chain per endpoint; the set lets the endpoints go without chains,
+/// which more than halves the chains and rules `nft` must load and fetch at 10,000 Services.
+pub const SETS: [(&str, &str); 2] = [
+    (CLUSTER_IPS, "ipv4_addr . inet_proto . inet_service"),
+    (HAIRPIN, "ipv4_addr . ipv4_addr"),
+];
+
+fn is_plain_set(name: &str) -> bool {
+    SETS.iter().any(|(s, _)| *s == name)
+}
 
 /// Per-service chains carry a `/` in their names (`ns/name/proto/port`); static ones never do.
 pub fn is_service_chain(chain: &str) -> bool {
@@ -79,6 +97,7 @@ pub fn endpoint_base(ns: &str, name: &str, proto: &str, port_name: &str, ep: &En
 /// Everything in our table that depends on the API: regular chains with their rules (the
 /// static chains too), the elements of each verdict map, and the affinity sets with their
 /// timeouts. Base chains are in `chains` as well (their hooks are declared by the full sync).
+/// `maps` holds the elements of the plain [`SETS`] too, with an empty value.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NftRuleset {
     pub chains: BTreeMap<String, Vec<String>>,
@@ -100,6 +119,28 @@ impl NftRuleset {
 
     fn element(&mut self, map: &'static str, key: String, verdict: String) {
         self.maps.entry(map).or_default().insert(key, verdict);
+    }
+
+    /// Adds another piece (one Service's rules). An element both already have keeps its first
+    /// value, as the incremental [`Syncer`](super::Syncer) decides.
+    pub fn merge(&mut self, piece: &NftRuleset) {
+        self.add_structure(piece);
+        for (map, elements) in &piece.maps {
+            let into = self.maps.entry(map).or_default();
+            for (k, v) in elements {
+                into.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+    }
+
+    /// Takes `piece`'s chains and affinity sets (not its elements).
+    pub fn add_structure(&mut self, piece: &NftRuleset) {
+        for (chain, rules) in &piece.chains {
+            self.chains.insert(chain.clone(), rules.clone());
+        }
+        for (set, timeout) in &piece.sets {
+            self.sets.insert(set.clone(), *timeout);
+        }
     }
 
     /// (chains, rules, map elements).
@@ -133,6 +174,9 @@ impl NftRuleset {
         }
         for (name, kind) in MAPS {
             let _ = writeln!(out, "add map {t} {name} {{ type {kind} ; }}");
+        }
+        for (name, kind) in SETS {
+            let _ = writeln!(out, "add set {t} {name} {{ type {kind} ; }}");
         }
         for name in self.chains.keys() {
             if !BASE_CHAINS.iter().any(|b| b.0 == name) {
@@ -194,7 +238,7 @@ fn write_elements<'a>(
         } else {
             out.push_str(", ");
         }
-        if op == "delete" {
+        if op == "delete" || is_plain_set(map) {
             out.push_str(key);
         } else {
             let _ = write!(out, "{key} : {verdict}");
@@ -254,7 +298,7 @@ pub fn partial_script(applied: &NftRuleset, next: &NftRuleset) -> Plan {
         let _ = writeln!(out, "flush chain {t} {c}");
     }
     let empty = BTreeMap::new();
-    for (map, _) in MAPS {
+    for map in element_names() {
         let before = applied.maps.get(map).unwrap_or(&empty);
         let after = next.maps.get(map).unwrap_or(&empty);
         let gone = before
@@ -282,7 +326,7 @@ pub fn partial_script(applied: &NftRuleset, next: &NftRuleset) -> Plan {
     for (c, rules) in &changed {
         write_rules(&mut out, c, rules);
     }
-    for (map, _) in MAPS {
+    for map in element_names() {
         let before = applied.maps.get(map).unwrap_or(&empty);
         let after = next.maps.get(map).unwrap_or(&empty);
         let added = after
@@ -298,16 +342,36 @@ pub fn partial_script(applied: &NftRuleset, next: &NftRuleset) -> Plan {
     }
 }
 
+/// The maps and plain sets, whose elements a partial sync adds and deletes.
+fn element_names() -> impl Iterator<Item = &'static str> {
+    MAPS.iter().map(|m| m.0).chain(SETS.iter().map(|s| s.0))
+}
+
 /// Renders our table for `state` as one full-sync `nft` script.
 pub fn render(state: &ProxyState) -> String {
     render_ruleset(state).to_script()
 }
 
-/// Renders our table for `state`, structured.
+/// Renders our table for `state`, structured: the static part and every Service's piece.
 pub fn render_ruleset(state: &ProxyState) -> NftRuleset {
+    let mut r = static_ruleset(&state.config);
+    let slices = slices_by_service(&state.slices);
+    for svc in &state.services {
+        let (ns, name) = service_key(svc);
+        let own = slices
+            .get(&(ns.as_str(), name.as_str()))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        r.merge(&service_ruleset(&state.config, svc, own));
+    }
+    r
+}
+
+/// What does not depend on any Service: base and dispatch chains, the maps and sets (empty).
+pub fn static_ruleset(config: &ProxyConfig) -> NftRuleset {
     let mut r = NftRuleset::default();
-    for (map, _) in MAPS {
-        r.maps.insert(map, BTreeMap::new());
+    for name in element_names() {
+        r.maps.insert(name, BTreeMap::new());
     }
     for chain in ["filter-input", "filter-forward", "filter-output"] {
         r.rule(chain, "ct state new jump endpoints-check");
@@ -326,6 +390,20 @@ pub fn render_ruleset(state: &ProxyState) -> NftRuleset {
         format!("fib daddr type local meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"),
     );
     r.rule("reject-chain", "reject");
+    // Traffic to a cluster IP from outside the pod network is masqueraded so the reply comes
+    // back through this node.
+    let cluster_dest = format!("ip daddr . meta l4proto . th dport @{CLUSTER_IPS}");
+    if config.masquerade_all {
+        r.rule(
+            "services",
+            format!("{cluster_dest} jump mark-for-masquerade"),
+        );
+    } else if let Some(cidr) = &config.cluster_cidr {
+        r.rule(
+            "services",
+            format!("ip saddr != {cidr} {cluster_dest} jump mark-for-masquerade"),
+        );
+    }
     r.rule(
         "services",
         format!("ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS}"),
@@ -338,26 +416,38 @@ pub fn render_ruleset(state: &ProxyState) -> NftRuleset {
         "mark-for-masquerade",
         format!("mark set mark or {MASQ_MARK}"),
     );
+    // Hairpin: an endpoint reaching itself through its Service must be masqueraded, or it
+    // would answer itself directly.
+    r.rule(
+        "masquerading",
+        format!("ct status dnat ip saddr . ip daddr @{HAIRPIN} jump mark-for-masquerade"),
+    );
     r.rule("masquerading", format!("mark and {MASQ_MARK} == 0 return"));
     r.rule("masquerading", format!("mark set mark xor {MASQ_MARK}"));
     r.rule("masquerading", "masquerade fully-random");
+    r
+}
 
-    let slices = slices_by_service(&state.slices);
-    for svc in &state.services {
-        if is_headless(svc) {
-            continue;
-        }
-        let (ns, name) = service_key(svc);
-        let own = slices
-            .get(&(ns.as_str(), name.as_str()))
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        service_rules(state, svc, own, &mut r);
+/// One Service's piece of the table: its chains, map and set elements and affinity sets
+/// (nothing for a headless Service). `slices` are its EndpointSlices.
+pub fn service_ruleset(
+    config: &ProxyConfig,
+    svc: &Service,
+    slices: &[&EndpointSlice],
+) -> NftRuleset {
+    let mut r = NftRuleset::default();
+    if !is_headless(svc) {
+        service_rules(config, svc, slices, &mut r);
     }
     r
 }
 
-fn service_rules(state: &ProxyState, svc: &Service, slices: &[&EndpointSlice], r: &mut NftRuleset) {
+fn service_rules(
+    config: &ProxyConfig,
+    svc: &Service,
+    slices: &[&EndpointSlice],
+    r: &mut NftRuleset,
+) {
     let (ns, name) = service_key(svc);
     let Some(spec) = &svc.spec else { return };
     let Some(ServiceFacts {
@@ -403,21 +493,15 @@ fn service_rules(state: &ProxyState, svc: &Service, slices: &[&EndpointSlice], r
             continue;
         }
 
+        let cluster_key = format!("{cluster_ip} . {proto} . {svc_port}");
         r.element(
             SERVICE_IPS,
-            format!("{cluster_ip} . {proto} . {svc_port}"),
+            cluster_key.clone(),
             format!("goto {cluster_chain}"),
         );
-        // Traffic to the cluster IP from outside the pod network is masqueraded so the reply
-        // comes back through this node.
-        let dest = format!("ip daddr {cluster_ip} {proto} dport {svc_port}");
-        if state.config.masquerade_all {
-            r.rule(&cluster_chain, format!("{dest} jump mark-for-masquerade"));
-        } else if let Some(cidr) = &state.config.cluster_cidr {
-            r.rule(
-                &cluster_chain,
-                format!("{dest} ip saddr != {cidr} jump mark-for-masquerade"),
-            );
+        r.element(CLUSTER_IPS, cluster_key, String::new());
+        for ep in &endpoints {
+            r.element(HAIRPIN, format!("{} . {}", ep.ip, ep.ip), String::new());
         }
         balance(
             r,
@@ -433,7 +517,7 @@ fn service_rules(state: &ProxyState, svc: &Service, slices: &[&EndpointSlice], r
         if !external_keys.is_empty() || node_port_key.is_some() {
             let local: Vec<Endpoint> = endpoints
                 .iter()
-                .filter(|e| e.node_name.as_deref() == Some(state.config.hostname.as_str()))
+                .filter(|e| e.node_name.as_deref() == Some(config.hostname.as_str()))
                 .cloned()
                 .collect();
             for key in &external_keys {
@@ -452,7 +536,7 @@ fn service_rules(state: &ProxyState, svc: &Service, slices: &[&EndpointSlice], r
             } else {
                 // Local policy keeps the client's address: only endpoints on this node, except
                 // that pods and the node itself may still use any endpoint.
-                if let Some(cidr) = &state.config.cluster_cidr {
+                if let Some(cidr) = &config.cluster_cidr {
                     r.rule(
                         &external_chain,
                         format!("ip saddr {cidr} goto {cluster_chain}"),
@@ -489,26 +573,22 @@ fn service_rules(state: &ProxyState, svc: &Service, slices: &[&EndpointSlice], r
             }
         }
 
-        for ep in &endpoints {
-            let base = endpoint_base(&ns, &name, &proto, port_name, ep);
-            let chain = format!("endpoint-{base}");
-            // Hairpin: an endpoint reaching itself through the service must be masqueraded,
-            // or it would answer itself directly.
-            r.rule(
-                &chain,
-                format!("ip saddr {} jump mark-for-masquerade", ep.ip),
-            );
-            if let Some(timeout) = affinity_timeout {
+        // Only session affinity needs a chain per endpoint: it remembers the client there.
+        if let Some(timeout) = affinity_timeout {
+            for ep in &endpoints {
+                let base = endpoint_base(&ns, &name, &proto, port_name, ep);
                 let set = format!("affinity-{base}");
+                let chain = format!("endpoint-{base}");
                 r.rule(&chain, format!("update @{set} {{ ip saddr }}"));
+                r.rule(&chain, dnat(&proto, ep));
                 r.sets.insert(set, timeout);
             }
-            r.rule(
-                &chain,
-                format!("meta l4proto {proto} dnat to {}", ep.addr()),
-            );
         }
     }
+}
+
+fn dnat(proto: &str, ep: &Endpoint) -> String {
+    format!("meta l4proto {proto} dnat to {}", ep.addr())
 }
 
 /// The jumps from a service chain to its endpoints: sticky ones first (a client seen within
@@ -528,27 +608,32 @@ fn balance(
     endpoints: &[Endpoint],
     affinity_timeout: Option<i32>,
 ) {
-    let bases: Vec<String> = endpoints
+    // Without affinity the pick DNATs right away (a NAT statement ends the chain).
+    let targets: Vec<String> = endpoints
         .iter()
-        .map(|ep| endpoint_base(ns, name, proto, port_name, ep))
+        .map(|ep| match affinity_timeout {
+            Some(_) => format!(
+                "goto endpoint-{}",
+                endpoint_base(ns, name, proto, port_name, ep)
+            ),
+            None => dnat(proto, ep),
+        })
         .collect();
     if affinity_timeout.is_some() {
-        for base in &bases {
+        for ep in endpoints {
+            let base = endpoint_base(ns, name, proto, port_name, ep);
             r.rule(
                 chain,
                 format!("ip saddr @affinity-{base} goto endpoint-{base}"),
             );
         }
     }
-    let n = bases.len();
-    for (i, base) in bases.iter().enumerate() {
+    let n = targets.len();
+    for (i, target) in targets.iter().enumerate() {
         if i + 1 < n {
-            r.rule(
-                chain,
-                format!("numgen random mod {} == 0 goto endpoint-{base}", n - i),
-            );
+            r.rule(chain, format!("numgen random mod {} == 0 {target}", n - i));
         } else {
-            r.rule(chain, format!("goto endpoint-{base}"));
+            r.rule(chain, target.clone());
         }
     }
 }
@@ -590,22 +675,18 @@ mod tests {
         assert_eq!(partial_script(&one, &one.clone()), Plan::Unchanged);
 
         let svc = "service-".to_string() + &hashed("default/web/tcp/");
-        let old_ep = "endpoint-".to_string() + &hashed("default/web/tcp/__10.244.0.2/8080");
-        let new_ep = "endpoint-".to_string() + &hashed("default/web/tcp/__10.244.0.3/8080");
 
-        // A second endpoint: its chain is added, the service chain flushed and refilled; no
-        // map element and no other Service's chain is touched.
+        // A second endpoint: the service chain is flushed and refilled and the endpoint's
+        // hairpin pair added; no other element and no other Service's chain is touched.
         let two = render_ruleset(&web(&["10.244.0.2", "10.244.0.3"]));
         let data = partial(&one, &two);
         assert_eq!(
             data,
             format!(
-                "add chain ip kube-proxy {new_ep}\n\
-                 flush chain ip kube-proxy {svc}\n\
-                 add rule ip kube-proxy {new_ep} ip saddr 10.244.0.3 jump mark-for-masquerade\n\
-                 add rule ip kube-proxy {new_ep} meta l4proto tcp dnat to 10.244.0.3:8080\n\
-                 add rule ip kube-proxy {svc} numgen random mod 2 == 0 goto {old_ep}\n\
-                 add rule ip kube-proxy {svc} goto {new_ep}\n"
+                "flush chain ip kube-proxy {svc}\n\
+                 add rule ip kube-proxy {svc} numgen random mod 2 == 0 meta l4proto tcp dnat to 10.244.0.2:8080\n\
+                 add rule ip kube-proxy {svc} meta l4proto tcp dnat to 10.244.0.3:8080\n\
+                 add element ip kube-proxy hairpin {{ 10.244.0.3 . 10.244.0.3 }}\n"
             )
         );
         // What the kernel gets is what a full sync would have written for those chains.
@@ -614,17 +695,13 @@ mod tests {
             assert!(full.contains(line), "{line}");
         }
 
-        // Back to one: the removed endpoint's chain is flushed and deleted.
+        // Back to one: the chain is refilled and the removed endpoint's pair deleted.
         let data = partial(&two, &one);
         assert!(
-            data.contains(&format!("flush chain ip kube-proxy {new_ep}\n")),
+            data.contains("delete element ip kube-proxy hairpin { 10.244.0.3 . 10.244.0.3 }\n"),
             "{data}"
         );
-        assert!(
-            data.contains(&format!("delete chain ip kube-proxy {new_ep}\n")),
-            "{data}"
-        );
-        assert!(!data.contains("element"), "{data}");
+        assert!(!data.contains("chain ip kube-proxy endpoint-"), "{data}");
 
         // No endpoints: the cluster IP moves from service-ips to no-endpoint-services, and
         // every chain of the Service goes.
@@ -640,12 +717,10 @@ mod tests {
             ),
             "{data}"
         );
-        for c in [&svc, &old_ep] {
-            assert!(
-                data.contains(&format!("delete chain ip kube-proxy {c}\n")),
-                "{data}"
-            );
-        }
+        assert!(
+            data.contains(&format!("delete chain ip kube-proxy {svc}\n")),
+            "{data}"
+        );
         // Elements go before the chains they point at.
         assert!(
             data.find("delete element").unwrap() < data.find("delete chain").unwrap(),
