@@ -224,7 +224,9 @@ echo_ip="$(kubectl -n "$NS" get svc echo -o jsonpath='{.spec.clusterIP}')"
 svc_rules() { nsenter --net="/run/netns/$1" iptables-save -t nat | grep -c -- "$2" || true; }
 has_svc_rules() { (($(svc_rules "$1" "$2") > 0)); }
 echo_pod_ip="$(kubectl -n "$NS" get pod echo -o jsonpath='{.status.podIP}')"
-has_echo_dnat() { nsenter --net="/run/netns/$W2" iptables-save -t nat | grep -q -- "--to-destination $echo_pod_ip:9000"; }
+# (grep reads all of iptables-save's output: with -q it would stop at the match, and the
+# writer's SIGPIPE fails the pipeline under pipefail.)
+has_echo_dnat() { nsenter --net="/run/netns/$W2" iptables-save -t nat | grep -- "--to-destination $echo_pod_ip:9000" >/dev/null; }
 wait_for 30 has_echo_dnat || fail "$W2 has no rule for $NS/echo"
 # One connection for the pod's whole life (restartPolicy Never: if it breaks, nc exits and the
 # pod ends): lines appended to /tmp/in go out, the echo comes back into /tmp/out.

@@ -71,7 +71,7 @@ mn_setup_network() {
   ip link set "$MN_BRIDGE" up
   for ((k = 1; k < nodes; k++)); do
     ns="$(mn_ns "$k")"
-    if ! ip netns list | grep -qx "$ns\( .*\)\?"; then
+    if ! ip netns list | grep -x "$ns\( .*\)\?" >/dev/null; then
       ip netns add "$ns"
     fi
     if ! ip link show "mk8s-v$k" >/dev/null 2>&1; then
