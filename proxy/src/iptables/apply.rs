@@ -455,19 +455,8 @@ impl Iptables for FakeIptables {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::render::{ProxyState, render_rules};
-
-    fn state(cluster_ip: &str) -> ProxyState {
-        let svc = serde_json::from_value(serde_json::json!({
-            "metadata": {"namespace": "default", "name": "web"},
-            "spec": {"clusterIP": cluster_ip, "ports": [{"port": 80}]}
-        }))
-        .unwrap();
-        ProxyState {
-            services: vec![svc],
-            ..ProxyState::default()
-        }
-    }
+    use crate::iptables::render::render_rules;
+    use crate::iptables::render::tests::one_service as state;
 
     #[test]
     fn syncer_restores_everything_first_then_only_changes() {

@@ -910,6 +910,19 @@ pub(crate) mod tests {
     }
 
     /// Services `web` (endpoints `ips`) and `other` (one endpoint), port 80 to 8080.
+    /// One Service `default/web` on port 80 at `cluster_ip`, without endpoints.
+    pub(crate) fn one_service(cluster_ip: &str) -> ProxyState {
+        let svc = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "default", "name": "web"},
+            "spec": {"clusterIP": cluster_ip, "ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        ProxyState {
+            services: vec![svc],
+            ..ProxyState::default()
+        }
+    }
+
     pub(crate) fn web(ips: &[&str]) -> ProxyState {
         let svc: Service = serde_json::from_value(serde_json::json!({
             "metadata": {"namespace": "default", "name": "web"},

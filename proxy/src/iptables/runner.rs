@@ -60,8 +60,9 @@ impl Snapshot {
 }
 
 /// The proxier loop of both modes: waits for the caches to fill, then calls `sync` with the
-/// cached objects (shared, not copied: an unchanged object is the same `Arc` as before) whenever the caches change (rate-limited) and at least every `periods.max`,
-/// until `shutdown`. Syncs run off the async runtime: rendering 10,000 Services takes long
+/// cached objects (shared, not copied: an unchanged object is the same `Arc` as before)
+/// whenever the caches change (rate-limited) and at least every `periods.max`, until
+/// `shutdown`. Syncs run off the async runtime: rendering 10,000 Services takes long
 /// enough to stall other tasks.
 pub async fn run_proxier<K, S>(
     caches: Caches,

@@ -351,20 +351,8 @@ pub fn cleanup(nft: &dyn Nft) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::render::tests::web;
+    use crate::iptables::render::tests::{one_service as state, web};
     use crate::nftables::render::render_ruleset;
-
-    fn state(cluster_ip: &str) -> ProxyState {
-        let svc = serde_json::from_value(serde_json::json!({
-            "metadata": {"namespace": "default", "name": "web"},
-            "spec": {"clusterIP": cluster_ip, "ports": [{"port": 80}]}
-        }))
-        .unwrap();
-        ProxyState {
-            services: vec![svc],
-            ..ProxyState::default()
-        }
-    }
 
     #[test]
     fn syncer_replaces_the_table_first_then_sends_only_changes() {
