@@ -4,13 +4,14 @@
 #   - pod to pod across nodes (host-gw routes of the route agents);
 #   - a ClusterIP Service over 3 pods on 2 nodes, from a pod on the third: >= 2 backends answer;
 #   - a NodePort, from inside one worker's namespace to the other worker's address;
-#   - deleting a Service removes its iptables rules on the nodes;
+#   - deleting a Service removes its rules on the nodes;
 #   - cluster DNS (on the host, 172.30.0.1:53) answers pods on a worker through 10.96.0.10;
 #   - endpoints follow readiness: an unready pod leaves the Service's rules and comes back;
 #   - an Ingress (two hosts, two paths, two Services) is served on every node's port 80 and
 #     its status lists all node addresses;
 #   - restarting a worker's `minik8s node` (its proxier) keeps the rules and an established
 #     connection through a ClusterIP.
+# MINIK8S_PROXY_MODE=nftables runs every node's proxier in nftables mode (default iptables).
 # Uses its own data dir and port; everything it starts is removed on exit (hack/down.sh --purge).
 # Its pod range is the single-node cluster's too: run it while no other cluster runs here.
 source "$(dirname "$0")/lib.sh"
@@ -30,6 +31,21 @@ fi
 "$REPO_ROOT/hack/up.sh" --nodes 3
 export KUBECONFIG="$DATA_DIR/admin.kubeconfig"
 NS=e2e-net
+PROXY_MODE="${MINIK8S_PROXY_MODE:-iptables}"
+# A node's Service rules as text: the nat table, or the proxier's nftables table. (Callers grep
+# all of it: grep -q stops at the match, SIGPIPEs the writer and fails under pipefail.)
+nat_rules() {
+  if [[ "$PROXY_MODE" == nftables ]]; then
+    nsenter --net="/run/netns/$1" nft list table ip kube-proxy 2>/dev/null || true
+  else
+    nsenter --net="/run/netns/$1" iptables-save -t nat
+  fi
+}
+# How a rule DNATing to address:port reads in that text.
+dnat_text() {
+  if [[ "$PROXY_MODE" == nftables ]]; then echo "dnat to $1"; else echo "--to-destination $1"; fi
+}
+log "proxy mode: $PROXY_MODE"
 W1=mk8s-node1 W1_IP=172.30.0.2 W2=mk8s-node2 W2_IP=172.30.0.3
 BIN="${MINIK8S_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s}"
 HOST="$(kubectl get nodes -o name | sed 's|node/||' | grep -v '^mk8s-node' | head -1)"
@@ -104,13 +120,12 @@ out="$(nsenter --net=/run/netns/$W2 curl -sf -m 3 "http://$W1_IP:$node_port/")"
 [[ "$out" == web-* ]] || fail "NodePort answered $out"
 
 log "deleting a Service removes its rules"
-rules() { nsenter --net="/run/netns/$1" iptables-save -t nat | grep -c "$NS/web-np" || true; }
+rules() { nat_rules "$1" | grep -c "$NS/web-np" || true; }
+no_rules() { (($(rules "$1") == 0)); }
 (($(rules "$W1") > 0)) || fail "no rules for $NS/web-np on $W1"
 kubectl -n "$NS" delete svc web-np >/dev/null
-wait_for 30 sh -c "test \$(nsenter --net=/run/netns/$W1 iptables-save -t nat | grep -c '$NS/web-np') -eq 0" ||
-  fail "rules of $NS/web-np remain on $W1"
-wait_for 30 sh -c "test \$(nsenter --net=/run/netns/$W2 iptables-save -t nat | grep -c '$NS/web-np') -eq 0" ||
-  fail "rules of $NS/web-np remain on $W2"
+wait_for 30 no_rules "$W1" || fail "rules of $NS/web-np remain on $W1"
+wait_for 30 no_rules "$W2" || fail "rules of $NS/web-np remain on $W2"
 if nsenter --net=/run/netns/$W2 curl -sf -m 2 "http://$W1_IP:$node_port/" >/dev/null; then
   fail "NodePort $node_port still answers after the Service was deleted"
 fi
@@ -141,7 +156,7 @@ slice_ready() { # address true|false
     -o jsonpath="{.items[*].endpoints[?(@.addresses[0]==\"$1\")].conditions.ready}")" == "$2" ]]
 }
 dnat_rules() { # node address: rules that DNAT to the address
-  nsenter --net="/run/netns/$1" iptables-save -t nat | grep -c -- "--to-destination $2:80" || true
+  nat_rules "$1" | grep -c -- "$(dnat_text "$2:80")" || true
 }
 no_dnat() { (($(dnat_rules "$1" "$2") == 0)); }
 has_dnat() { (($(dnat_rules "$1" "$2") > 0)); }
@@ -221,12 +236,10 @@ YAML
 kubectl -n "$NS" wait --for=condition=Ready pod/echo --timeout=60s >/dev/null || fail "echo not Ready"
 kubectl -n "$NS" expose pod echo --port 9000 >/dev/null
 echo_ip="$(kubectl -n "$NS" get svc echo -o jsonpath='{.spec.clusterIP}')"
-svc_rules() { nsenter --net="/run/netns/$1" iptables-save -t nat | grep -c -- "$2" || true; }
+svc_rules() { nat_rules "$1" | grep -c -- "$2" || true; }
 has_svc_rules() { (($(svc_rules "$1" "$2") > 0)); }
 echo_pod_ip="$(kubectl -n "$NS" get pod echo -o jsonpath='{.status.podIP}')"
-# (grep reads all of iptables-save's output: with -q it would stop at the match, and the
-# writer's SIGPIPE fails the pipeline under pipefail.)
-has_echo_dnat() { nsenter --net="/run/netns/$W2" iptables-save -t nat | grep -- "--to-destination $echo_pod_ip:9000" >/dev/null; }
+has_echo_dnat() { nat_rules "$W2" | grep -- "$(dnat_text "$echo_pod_ip:9000")" >/dev/null; }
 wait_for 30 has_echo_dnat || fail "$W2 has no rule for $NS/echo"
 # One connection for the pod's whole life (restartPolicy Never: if it breaks, nc exits and the
 # pod ends): lines appended to /tmp/in go out, the echo comes back into /tmp/out.
@@ -264,7 +277,7 @@ wait_for 30 grep -qx ping-2 "/proc/$tail_pid/root/tmp/out" ||
   fail "ping-2 did not come back while $W2's node process was stopped"
 mn_start_nodes 3 "$BIN" "$MINIK8S_PORT"
 kubectl wait --for=condition=Ready "node/$W2" --timeout=60s >/dev/null || fail "$W2 not Ready after its restart"
-# The new proxier has synced (a full iptables-restore) once it has the rules of a new Service.
+# The new proxier has synced (a full sync) once it has the rules of a new Service.
 kubectl -n "$NS" expose pod web-0 --name after-restart --port 80 --selector pod=web-0 >/dev/null
 wait_for 60 has_svc_rules "$W2" "$NS/after-restart" || fail "the restarted proxier on $W2 does not sync"
 send ping-3

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: unit and integration tests of the workspace (they start their own etcd and
-# servers), then the conformance suite against a fresh cluster from hack/up.sh.
+# servers), then the conformance suite against a fresh cluster from hack/up.sh, then the
+# cross-node checks on a 3-node cluster, once per proxy mode.
 source "$(dirname "$0")/lib.sh"
 
 install_packages
@@ -21,3 +22,5 @@ trap '"$REPO_ROOT/hack/down.sh" >/dev/null 2>&1; rm -rf "$MINIK8S_DATA_DIR"' EXI
 "$REPO_ROOT/hack/down.sh" >/dev/null 2>&1 || true
 log "cross-node networking against a fresh 3-node cluster"
 "$REPO_ROOT/hack/e2e-net.sh"
+log "the same with every proxier in nftables mode"
+MINIK8S_PROXY_MODE=nftables "$REPO_ROOT/hack/e2e-net.sh"

@@ -115,6 +115,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "top-pod" => top_pod,
     "errors" => errors,
     "cluster-dns" => cluster_dns,
+    "host-port" => host_port,
     "ingress" => ingress,
     "create-token" => create_token,
     "auth-whoami-as" => auth_whoami_as,
@@ -3547,6 +3548,70 @@ async fn cluster_dns(c: &Ctx) -> anyhow::Result<()> {
     .await?;
     resolve("dns-probe".into(), probe_ip).await?;
     Ok(())
+}
+
+/// A container port published on the node with hostPort (the CNI portmap plugin's DNAT,
+/// fed by the kubelet's CRI port mappings) answers on 127.0.0.1, and stops with its pod. Each
+/// kubectl binary uses its own port: the cases of all binaries share the one node.
+async fn host_port(c: &Ctx) -> anyhow::Result<()> {
+    let port = 18000 + c.bin.minor.unwrap_or(99);
+    let node = c.ready_node().await?;
+    let manifest = yaml(&json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "host-port"},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "web", "image": "busybox:1.36", "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "mkdir -p /www && echo hello-from-host-port > /www/index.html && exec httpd -f -p 8080 -h /www"],
+                "ports": [{"containerPort": 8080, "hostPort": port}]}]
+        }
+    }));
+    let file = c.write("host-port.yaml", &manifest)?;
+    c.ok(&["create", "-f", &file]).await?;
+    c.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/host-port",
+        "--timeout=60s",
+    ])
+    .await?;
+    let url = format!("http://127.0.0.1:{port}/index.html");
+    let get = |url: String| async move {
+        Command::new("curl")
+            .args(["-sS", "--max-time", "5"])
+            .arg(url)
+            .output()
+            .await
+            .context("running curl")
+    };
+    eventually(
+        Duration::from_secs(20),
+        "the host port to answer",
+        || async {
+            let out = get(url.clone()).await?;
+            let body = String::from_utf8_lossy(&out.stdout);
+            ensure!(
+                out.status.success() && body == "hello-from-host-port\n",
+                "curl {url}: {body:?} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    c.ok(&["delete", "-f", &file, "--wait=true", "--timeout=60s"])
+        .await?;
+    eventually(
+        Duration::from_secs(20),
+        "the host port to close",
+        || async {
+            let out = get(url.clone()).await?;
+            ensure!(!out.status.success(), "still answers after the pod went");
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// Where the cluster serves Ingresses on this machine: port 80 unless the server was started

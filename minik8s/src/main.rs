@@ -175,7 +175,12 @@ struct ServerArgs {
     disable_proxy: bool,
     /// `server` only: how the proxier beside the node agent programs Services (kube-proxy's
     /// flag).
-    #[arg(long, value_enum, default_value = "iptables")]
+    #[arg(
+        long,
+        value_enum,
+        env = "MINIK8S_PROXY_MODE",
+        default_value = "iptables"
+    )]
     proxy_mode: net::ProxyMode,
     /// `server` only: do not serve cluster DNS beside the node agent.
     #[arg(long)]

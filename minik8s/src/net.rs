@@ -38,7 +38,12 @@ pub struct ProxyArgs {
     pub iptables_min_sync_period: Duration,
     #[arg(long, default_value = "30s", value_parser = crate::parse_duration)]
     pub iptables_sync_period: Duration,
-    #[arg(long, value_enum, default_value = "iptables")]
+    #[arg(
+        long,
+        value_enum,
+        env = "MINIK8S_PROXY_MODE",
+        default_value = "iptables"
+    )]
     pub proxy_mode: ProxyMode,
     /// Remove every rule, chain and table the proxier made (both modes), then exit.
     #[arg(long)]

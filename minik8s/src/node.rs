@@ -35,7 +35,12 @@ pub struct NodeArgs {
     #[arg(long)]
     pub disable_proxy: bool,
     /// How the proxier programs Services (kube-proxy's flag).
-    #[arg(long, value_enum, default_value = "iptables")]
+    #[arg(
+        long,
+        value_enum,
+        env = "MINIK8S_PROXY_MODE",
+        default_value = "iptables"
+    )]
     pub proxy_mode: crate::net::ProxyMode,
     /// Do not serve Ingresses on this node.
     #[arg(long)]

@@ -406,3 +406,96 @@ fn golden_nft_scripts_are_accepted_by_the_kernel() -> anyhow::Result<()> {
     assert!(checked >= 3, "only {checked} golden scripts");
     Ok(())
 }
+
+/// A node namespace with a bridge at 10.244.0.1/24 and a pod namespace behind it (veth,
+/// 10.244.0.2, default route to the bridge) whose server listens on 10.244.0.2:8080.
+fn node_with_one_pod(tag: &str) -> anyhow::Result<(Netns, Netns)> {
+    let node = Netns::create(&format!("m8s-hp-node-{tag}-{}", std::process::id()))?;
+    let mut pod = Netns::create(&format!("m8s-hp-pod-{tag}-{}", std::process::id()))?;
+    for args in [
+        &["ip", "link", "set", "lo", "up"][..],
+        &["ip", "link", "add", "br0", "type", "bridge"],
+        &["ip", "addr", "add", "10.244.0.1/24", "dev", "br0"],
+        &["ip", "link", "set", "br0", "up"],
+        &[
+            "ip", "link", "add", "vp0", "type", "veth", "peer", "name", "eth0", "netns", &pod.name,
+        ],
+        &["ip", "link", "set", "vp0", "master", "br0", "up"],
+        // As the CNI bridge plugin's hairpinMode: with br_netfilter the DNAT happens as the
+        // frame crosses the bridge, which must then send it back out of the port it came in.
+        &[
+            "ip",
+            "link",
+            "set",
+            "vp0",
+            "type",
+            "bridge_slave",
+            "hairpin",
+            "on",
+        ],
+        &["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+    ] {
+        run(&mut node.exec(args))?;
+    }
+    for args in [
+        &["ip", "link", "set", "lo", "up"][..],
+        &["ip", "addr", "add", "10.244.0.2/24", "dev", "eth0"],
+        &["ip", "link", "set", "eth0", "up"],
+        &["ip", "route", "add", "default", "via", "10.244.0.1"],
+    ] {
+        run(&mut pod.exec(args))?;
+    }
+    let mut child = pod
+        .exec(&[python(), "-c", SERVER, "10.244.0.2", "8080"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
+    pod.children.push(child);
+    anyhow::ensure!(line.trim() == "ready", "the pod's server did not start");
+    Ok((node, pod))
+}
+
+/// `state()` with the pod of [`node_with_one_pod`] as the only endpoint.
+fn hairpin_state() -> ProxyState {
+    let mut state = state();
+    state.slices[0].endpoints.truncate(1);
+    state
+}
+
+/// A pod reaching itself through its own Service's cluster IP: DNAT sends the packet back to
+/// where it came from, and without the hairpin masquerade the pod would drop it as coming from
+/// its own address (a martian source). Both modes.
+#[test]
+fn a_pod_reaches_itself_through_its_service_in_both_modes() -> anyhow::Result<()> {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to create network namespaces");
+        return Ok(());
+    }
+    let me: BTreeSet<String> = ["10.244.0.2".to_string()].into();
+
+    let (node, pod) = node_with_one_pod("ipt")?;
+    let ipt = Arc::new(CommandIptables {
+        prefix: node.prefix(),
+    });
+    let mut syncer = Syncer::new(ipt.clone(), Duration::from_secs(3600));
+    assert!(
+        backends_seen(&pod, "10.96.0.10", 80, 1).is_err(),
+        "no Service rules yet"
+    );
+    assert_eq!(syncer.sync(render_rules(&hairpin_state()))?, SyncKind::Full);
+    assert_eq!(backends_seen(&pod, "10.96.0.10", 80, 4)?, me, "iptables");
+    drop((node, pod));
+
+    let (node, pod) = node_with_one_pod("nft")?;
+    let nft = Arc::new(nftables::CommandNft {
+        prefix: node.prefix(),
+    });
+    let mut syncer = nftables::Syncer::new(nft.clone(), Duration::from_secs(3600));
+    assert_eq!(
+        syncer.sync_state(&hairpin_state())?,
+        nftables::SyncKind::Full
+    );
+    assert_eq!(backends_seen(&pod, "10.96.0.10", 80, 4)?, me, "nftables");
+    Ok(())
+}

@@ -461,9 +461,12 @@ fn loadavg() -> String {
     )
 }
 
+/// Deletes the group and waits until the objects are gone. With a grace period the API server
+/// keeps each pod until the kubelet has stopped and removed it (containers, sandbox, network),
+/// so the next round does not start while the last one is still being torn down.
 async fn delete_all(pods: &Api<Pod>, group: &str) -> anyhow::Result<()> {
     let dp = DeleteParams {
-        grace_period_seconds: Some(0),
+        grace_period_seconds: Some(1),
         ..Default::default()
     };
     pods.delete_collection(

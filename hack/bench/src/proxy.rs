@@ -618,10 +618,15 @@ async fn end_to_end(backend: Backend, args: ProxyArgs) -> anyhow::Result<()> {
             s.len()
         );
     }
+    let periodic = match backend {
+        Backend::Iptables(_) => "a full sync, which may delay a change",
+        Backend::Nftables(_) => "only changes; the table is replaced once per hour",
+    };
     println!(
-        "changes {} ms apart (the proxier's min sync period is {} ms); sync period {} s (a full sync then may delay a change); targets: full sync of 10k Services <= 1500 ms, one change <= 100 ms",
+        "changes {} ms apart (the proxier's min sync period is {} ms, burst {}); sync period {} s ({periodic}); targets: full sync of 10k Services <= 1500 ms, one change <= 100 ms",
         pace.as_millis(),
         periods.min.as_millis(),
+        minik8s_proxy::iptables::runner::BURST_SYNCS,
         periods.max.as_secs()
     );
     Ok(())

@@ -1,5 +1,6 @@
-//! Upstream's BoundedFrequencyRunner: a burst of changes becomes one sync, syncs are at least
-//! `min` apart, and one runs every `max` even when nothing changed.
+//! Upstream's BoundedFrequencyRunner: a burst of changes becomes one sync, syncs are rate
+//! limited to one per `min` (with a burst of two, so the periodic sync does not hold back the
+//! change after it), and one runs every `max` even when nothing changed.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,8 +15,59 @@ use tracing::Instrument;
 use super::{Error, Periods, ProxyConfig, ProxyState};
 use crate::cache::Caches;
 
-/// Calls `sync` once at start, then after every `trigger` (no sooner than `periods.min` after
-/// the previous sync) or when `periods.max` passed, until `shutdown`.
+/// kube-proxy's burstSyncs: how many syncs may run back to back before `periods.min` applies.
+pub const BURST_SYNCS: f64 = 2.0;
+
+/// The runner's rate limit, upstream's token bucket: one token per `min`, at most
+/// [`BURST_SYNCS`] saved. A sync that follows a quiet spell (or the periodic one) runs at once
+/// instead of waiting out `min` after the previous sync.
+#[derive(Debug)]
+pub struct Tokens {
+    available: f64,
+    at: Instant,
+    min: Duration,
+}
+
+impl Tokens {
+    /// A full bucket at `now`.
+    pub fn new(min: Duration, now: Instant) -> Tokens {
+        Tokens {
+            available: BURST_SYNCS,
+            at: now,
+            min,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        if self.min.is_zero() {
+            self.available = BURST_SYNCS;
+        } else {
+            let earned =
+                now.saturating_duration_since(self.at).as_secs_f64() / self.min.as_secs_f64();
+            self.available = (self.available + earned).min(BURST_SYNCS);
+        }
+        self.at = now;
+    }
+
+    /// When the next sync may start, seen at `now`.
+    pub fn ready_at(&mut self, now: Instant) -> Instant {
+        self.refill(now);
+        if self.available >= 1.0 {
+            now
+        } else {
+            now + self.min.mul_f64(1.0 - self.available)
+        }
+    }
+
+    /// Takes the token of a sync starting at `now` (at or after [`Tokens::ready_at`]).
+    pub fn take(&mut self, now: Instant) {
+        self.refill(now);
+        self.available = (self.available - 1.0).max(0.0);
+    }
+}
+
+/// Calls `sync` once at start, then after every `trigger` or when `periods.max` passed since
+/// the previous sync, rate-limited by [`Tokens`], until `shutdown`.
 pub async fn bounded_frequency<F, Fut>(
     periods: Periods,
     trigger: Arc<Notify>,
@@ -26,16 +78,18 @@ pub async fn bounded_frequency<F, Fut>(
     Fut: Future<Output = ()>,
 {
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut tokens = Tokens::new(periods.min, Instant::now());
     loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(tokens.ready_at(Instant::now())) => {}
+            _ = &mut shutdown => return,
+        }
+        tokens.take(Instant::now());
         sync().await;
         let last = Instant::now();
         tokio::select! {
             _ = trigger.notified() => {}
             _ = tokio::time::sleep_until(last + periods.max) => {}
-            _ = &mut shutdown => return,
-        }
-        tokio::select! {
-            _ = tokio::time::sleep_until(last + periods.min) => {}
             _ = &mut shutdown => return,
         }
     }
@@ -108,4 +162,61 @@ where
     })
     .await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn two_syncs_run_back_to_back_then_one_per_min() {
+        let t0 = Instant::now();
+        let mut tokens = Tokens::new(MIN, t0);
+        assert_eq!(tokens.ready_at(t0), t0);
+        tokens.take(t0);
+        assert_eq!(
+            tokens.ready_at(t0),
+            t0,
+            "the burst allows a second sync at once"
+        );
+        tokens.take(t0);
+        assert_eq!(tokens.ready_at(t0), t0 + MIN, "a third waits for a token");
+        let t1 = t0 + Duration::from_millis(400);
+        assert_eq!(tokens.ready_at(t1), t0 + MIN);
+        tokens.take(t0 + MIN);
+        assert_eq!(tokens.ready_at(t0 + MIN), t0 + 2 * MIN);
+    }
+
+    #[test]
+    fn a_change_right_after_the_periodic_sync_is_not_delayed() {
+        // Syncs at 0 (start) and 1.2 s (a change), then the periodic one at 31.2 s: a change
+        // 100 ms later runs at once (upstream's BoundedFrequencyRunner with burstSyncs 2).
+        let t0 = Instant::now();
+        let mut tokens = Tokens::new(MIN, t0);
+        tokens.take(t0);
+        let change = t0 + Duration::from_millis(1200);
+        assert_eq!(tokens.ready_at(change), change);
+        tokens.take(change);
+        let periodic = change + Duration::from_secs(30);
+        assert_eq!(tokens.ready_at(periodic), periodic);
+        tokens.take(periodic);
+        let next = periodic + Duration::from_millis(100);
+        assert_eq!(tokens.ready_at(next), next);
+        tokens.take(next);
+        // The bucket is empty now: the one after that waits.
+        let after = next + Duration::from_millis(100);
+        assert!(tokens.ready_at(after) > after);
+    }
+
+    #[test]
+    fn no_min_period_never_waits() {
+        let t0 = Instant::now();
+        let mut tokens = Tokens::new(Duration::ZERO, t0);
+        for _ in 0..5 {
+            tokens.take(t0);
+            assert_eq!(tokens.ready_at(t0), t0);
+        }
+    }
 }
