@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -133,6 +133,100 @@ impl Rendered {
     }
 }
 
+/// The objects the previous sync saw, by `Arc` address (the reflector hands out the same `Arc`
+/// while an object is unchanged), as upstream's change trackers: a sync looks only at the
+/// Services whose Service or EndpointSlices were added, replaced or removed since, instead of
+/// comparing all of them. The `Arc`s are held, so no new object can reuse a remembered address.
+#[derive(Default)]
+struct Inputs {
+    /// Bumped by every [`Inputs::update`]; entries not marked with it are gone.
+    generation: u64,
+    services: HashMap<usize, (u64, ServiceKey, Arc<Service>)>,
+    /// With the Service a slice belongs to, if it names one.
+    slices: HashMap<usize, (u64, Option<ServiceKey>, Arc<EndpointSlice>)>,
+    by_key: HashMap<ServiceKey, Arc<Service>>,
+    slices_by_key: HashMap<ServiceKey, Vec<Arc<EndpointSlice>>>,
+}
+
+impl Inputs {
+    /// Takes this sync's objects; returns the Services whose inputs changed (or went).
+    fn update(
+        &mut self,
+        services: &[Arc<Service>],
+        slices: &[Arc<EndpointSlice>],
+    ) -> BTreeSet<ServiceKey> {
+        self.generation += 1;
+        let generation = self.generation;
+        let mut changed = BTreeSet::new();
+        for svc in services {
+            let address = Arc::as_ptr(svc) as usize;
+            if let Some(entry) = self.services.get_mut(&address) {
+                entry.0 = generation;
+                continue;
+            }
+            let key = service_key(svc);
+            self.by_key.insert(key.clone(), svc.clone());
+            changed.insert(key.clone());
+            self.services
+                .insert(address, (generation, key, svc.clone()));
+        }
+        let by_key = &mut self.by_key;
+        self.services.retain(|_, (seen, key, svc)| {
+            if *seen == generation {
+                return true;
+            }
+            changed.insert(key.clone());
+            // Unless a new object under the same name took its place already.
+            if by_key.get(key).is_some_and(|s| Arc::ptr_eq(s, svc)) {
+                by_key.remove(key);
+            }
+            false
+        });
+
+        for slice in slices {
+            let address = Arc::as_ptr(slice) as usize;
+            if let Some(entry) = self.slices.get_mut(&address) {
+                entry.0 = generation;
+                continue;
+            }
+            let owner = slice_owner(slice);
+            if let Some(key) = &owner {
+                self.slices_by_key
+                    .entry(key.clone())
+                    .or_default()
+                    .push(slice.clone());
+                changed.insert(key.clone());
+            }
+            self.slices
+                .insert(address, (generation, owner, slice.clone()));
+        }
+        let slices_by_key = &mut self.slices_by_key;
+        self.slices.retain(|address, (seen, owner, _)| {
+            if *seen == generation {
+                return true;
+            }
+            if let Some(key) = owner {
+                changed.insert(key.clone());
+                if let Some(own) = slices_by_key.get_mut(key) {
+                    own.retain(|s| Arc::as_ptr(s) as usize != *address);
+                    if own.is_empty() {
+                        slices_by_key.remove(key);
+                    }
+                }
+            }
+            false
+        });
+        changed
+    }
+}
+
+/// The Service an EndpointSlice belongs to: its namespace and service-name label.
+fn slice_owner(slice: &EndpointSlice) -> Option<ServiceKey> {
+    let ns = slice.metadata.namespace.as_deref()?;
+    let svc = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    Some((ns.to_string(), svc.clone()))
+}
+
 /// The proxier's memory between syncs, as upstream's change trackers: every Service's piece of
 /// the table as last rendered, so that a sync re-renders only the Services whose Service or
 /// EndpointSlices changed and sends the kernel only their differences. A full sync runs first,
@@ -143,6 +237,7 @@ pub struct Syncer {
     full_every: Duration,
     config: Option<ProxyConfig>,
     services: BTreeMap<ServiceKey, Rendered>,
+    inputs: Inputs,
     /// Which Services put each map or set element in, in key order: the first one's value is
     /// in the kernel (two Services may share an element, e.g. an endpoint's hairpin pair).
     owners: HashMap<(&'static str, String), BTreeSet<ServiceKey>>,
@@ -157,6 +252,7 @@ impl Syncer {
             full_every,
             config: None,
             services: BTreeMap::new(),
+            inputs: Inputs::default(),
             owners: HashMap::new(),
             in_kernel: false,
             last_full: None,
@@ -183,38 +279,25 @@ impl Syncer {
         if self.config.as_ref() != Some(config) {
             self.config = Some(config.clone());
             self.services.clear();
+            self.inputs = Inputs::default();
             self.owners.clear();
             self.in_kernel = false;
         }
-        let mut by_service: HashMap<(&str, &str), Vec<&Arc<EndpointSlice>>> = HashMap::new();
-        for slice in slices {
-            let ns = slice.metadata.namespace.as_deref();
-            let svc = slice
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SERVICE_NAME_LABEL));
-            if let (Some(ns), Some(svc)) = (ns, svc) {
-                by_service
-                    .entry((ns, svc.as_str()))
-                    .or_default()
-                    .push(slice);
-            }
-        }
         // The Services to re-render or remove, with their new piece.
         let mut dirty: Vec<(ServiceKey, Option<Rendered>)> = Vec::new();
-        let mut seen: HashSet<ServiceKey> = HashSet::with_capacity(services.len());
-        for svc in services {
-            if is_headless(svc) {
+        for key in self.inputs.update(services, slices) {
+            let svc = self.inputs.by_key.get(&key).filter(|s| !is_headless(s));
+            let Some(svc) = svc else {
+                if self.services.contains_key(&key) {
+                    dirty.push((key, None));
+                }
                 continue;
-            }
-            let key = service_key(svc);
-            if !seen.insert(key.clone()) {
-                continue;
-            }
-            let mut own = by_service
-                .get(&(key.0.as_str(), key.1.as_str()))
-                .cloned()
+            };
+            let mut own: Vec<&Arc<EndpointSlice>> = self
+                .inputs
+                .slices_by_key
+                .get(&key)
+                .map(|v| v.iter().collect())
                 .unwrap_or_default();
             own.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
             if self
@@ -231,9 +314,6 @@ impl Syncer {
                 slices: own.into_iter().cloned().collect(),
             };
             dirty.push((key, Some(rendered)));
-        }
-        for key in self.services.keys().filter(|k| !seen.contains(*k)) {
-            dirty.push((key.clone(), None));
         }
 
         let full_due = !self.in_kernel
@@ -404,6 +484,70 @@ mod tests {
             state.slices.push(slice);
         }
         state
+    }
+
+    /// As the proxier calls it: the reflector's `Arc`s, one replaced, added or removed per
+    /// change; each sync sends what a diff of the whole tables would.
+    #[test]
+    fn shared_objects_are_tracked_by_address() {
+        let fake = Arc::new(FakeNft::default());
+        let mut syncer = Syncer::new(fake.clone(), FULL_SYNC_PERIOD);
+        let mut prev = two_services(&["10.244.0.2"], true);
+        let config = prev.config.clone();
+        let mut services: Vec<Arc<Service>> = prev.services.iter().cloned().map(Arc::new).collect();
+        let mut slices: Vec<Arc<EndpointSlice>> =
+            prev.slices.iter().cloned().map(Arc::new).collect();
+        assert_eq!(
+            syncer.sync(&config, &services, &slices).unwrap(),
+            SyncKind::Full
+        );
+        assert_eq!(
+            syncer.sync(&config, &services, &slices).unwrap(),
+            SyncKind::Unchanged
+        );
+        // An equal object at a new address (a resync): compared by value, nothing to send.
+        services[0] = Arc::new((*services[0]).clone());
+        assert_eq!(
+            syncer.sync(&config, &services, &slices).unwrap(),
+            SyncKind::Unchanged
+        );
+
+        let mut check = |services: &[Arc<Service>], slices: &[Arc<EndpointSlice>], what: &str| {
+            let next = ProxyState {
+                config: config.clone(),
+                services: services.iter().map(|s| (**s).clone()).collect(),
+                slices: slices.iter().map(|s| (**s).clone()).collect(),
+            };
+            assert_eq!(
+                syncer.sync(&config, services, slices).unwrap(),
+                SyncKind::Partial,
+                "{what}"
+            );
+            let sent = fake.scripts.lock().unwrap().last().cloned().unwrap();
+            assert_eq!(
+                Plan::Partial(sent),
+                partial_script(&render_ruleset(&prev), &render_ruleset(&next)),
+                "{what}"
+            );
+            prev = next;
+        };
+        let wider = two_services(&["10.244.0.2", "10.244.0.3"], true);
+        slices[0] = Arc::new(wider.slices[0].clone());
+        check(&services, &slices, "web's slice replaced");
+        let api_slice = slices.pop().unwrap();
+        check(&services, &slices, "api's slice removed");
+        let api = services.pop().unwrap();
+        check(&services, &slices, "api removed");
+        services.push(Arc::new((*api).clone()));
+        slices.push(Arc::new((*api_slice).clone()));
+        check(&services, &slices, "api back under a new address");
+        services.swap(0, 1);
+        slices.swap(0, 1);
+        assert_eq!(
+            syncer.sync(&config, &services, &slices).unwrap(),
+            SyncKind::Unchanged,
+            "order does not matter"
+        );
     }
 
     #[test]
