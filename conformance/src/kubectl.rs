@@ -867,8 +867,16 @@ async fn get_table(c: &Ctx) -> anyhow::Result<()> {
         "header: {:?}",
         header(&out)
     );
+    // READY is readyReplicas/replicas; the real kubelet may have started some pods already.
     let r = row(&out, "fx-deploy")?;
-    ensure!(r.get(1) == Some(&"0/2"), "fx-deploy row: {r:?}");
+    ensure!(
+        r.get(1)
+            .and_then(|ready| ready.strip_suffix("/2"))
+            .is_some_and(|n| matches!(n, "0" | "1" | "2"))
+            && r.get(2).is_some_and(|n| n.parse::<u32>().is_ok())
+            && r.get(3).is_some_and(|n| n.parse::<u32>().is_ok()),
+        "fx-deploy row: {r:?}"
+    );
     let labels = c.ok(&["get", "cm", "fx-cm", "--show-labels"]).await?;
     ensure!(
         header(&labels).last() == Some(&"LABELS"),
