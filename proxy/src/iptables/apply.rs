@@ -347,8 +347,9 @@ pub enum SyncKind {
 /// so that the next one rewrites only the chains that changed. With 10,000 Services a full
 /// restore rewrites some 50,000 rules, which is far too slow for every endpoint change (upstream
 /// does partial syncs for the same reason). A full sync runs first, after any failure (the
-/// kernel's state is then unknown), and once per `full_every`, which also repairs rules someone
-/// else changed; upstream does full syncs hourly and watches canary chains for flushes instead.
+/// kernel's state is then unknown), and once per `full_every` (hourly, as upstream), which also
+/// repairs rules someone else changed; upstream also watches canary chains for flushes, which
+/// this proxier does not.
 pub struct Syncer {
     ipt: Arc<dyn Iptables>,
     full_every: Duration,

@@ -107,10 +107,9 @@ pub enum SyncKind {
     Unchanged,
 }
 
-/// How often a full sync runs although partial ones would do, as upstream (an hour): it repairs
-/// whatever someone else changed in our table. A full sync recreates the table, which also
-/// forgets the clients remembered for session affinity, hence not every sync period.
-pub const FULL_SYNC_PERIOD: Duration = Duration::from_secs(3600);
+/// A full sync recreates the table, which also forgets the clients remembered for session
+/// affinity: one more reason to do it only hourly.
+pub use crate::iptables::FULL_SYNC_PERIOD;
 
 /// `(namespace, name)` of a Service.
 type ServiceKey = (String, String);
