@@ -224,6 +224,20 @@ fn write_rules(out: &mut String, chain: &str, rules: &[String]) {
 }
 
 /// One `add`/`delete element` command per map; `nft` takes a whole list at once.
+/// The elements of `map` in `a` that `b` lacks or gives another value.
+fn elements_not_in<'a>(
+    a: &'a NftRuleset,
+    b: &'a NftRuleset,
+    map: &str,
+) -> impl Iterator<Item = (&'a String, &'a String)> {
+    let other = b.maps.get(map);
+    a.maps
+        .get(map)
+        .into_iter()
+        .flatten()
+        .filter(move |(k, v)| other.and_then(|o| o.get(*k)) != Some(*v))
+}
+
 fn write_elements<'a>(
     out: &mut String,
     op: &str,
@@ -297,15 +311,8 @@ pub fn partial_script(applied: &NftRuleset, next: &NftRuleset) -> Plan {
     for c in changed.iter().map(|(c, _)| *c).chain(stale.iter().copied()) {
         let _ = writeln!(out, "flush chain {t} {c}");
     }
-    let empty = BTreeMap::new();
     for map in element_names() {
-        let before = applied.maps.get(map).unwrap_or(&empty);
-        let after = next.maps.get(map).unwrap_or(&empty);
-        let gone = before
-            .iter()
-            .filter(|(k, v)| after.get(*k) != Some(*v))
-            .collect::<Vec<_>>();
-        write_elements(&mut out, "delete", map, gone.into_iter());
+        write_elements(&mut out, "delete", map, elements_not_in(applied, next, map));
     }
     for c in &stale {
         let _ = writeln!(out, "delete chain {t} {c}");
@@ -327,13 +334,7 @@ pub fn partial_script(applied: &NftRuleset, next: &NftRuleset) -> Plan {
         write_rules(&mut out, c, rules);
     }
     for map in element_names() {
-        let before = applied.maps.get(map).unwrap_or(&empty);
-        let after = next.maps.get(map).unwrap_or(&empty);
-        let added = after
-            .iter()
-            .filter(|(k, v)| before.get(*k) != Some(*v))
-            .collect::<Vec<_>>();
-        write_elements(&mut out, "add", map, added.into_iter());
+        write_elements(&mut out, "add", map, elements_not_in(next, applied, map));
     }
     if out.is_empty() {
         Plan::Unchanged
