@@ -199,6 +199,9 @@ async fn rolling_update_stays_within_surge_and_availability() -> anyhow::Result<
     let max_total = Arc::new(AtomicI32::new(0));
     let seen = max_total.clone();
     let rs_api = sets.clone();
+    // Every size the watch saw, to show how a limit was crossed.
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let log = history.clone();
     cluster.spawn(async move {
         let mut all: HashMap<String, i32> = HashMap::new();
         let stream = watcher(rs_api, watcher::Config::default().labels("app=web"));
@@ -206,6 +209,12 @@ async fn rolling_update_stays_within_surge_and_availability() -> anyhow::Result<
         while let Some(Ok(ev)) = stream.next().await {
             match ev {
                 watcher::Event::Apply(rs) | watcher::Event::InitApply(rs) => {
+                    log.lock().unwrap().push(format!(
+                        "{} replicas={} rv={}",
+                        rs.name_any(),
+                        replicas(&rs),
+                        rs.resource_version().unwrap_or_default()
+                    ));
                     all.insert(rs.name_any(), replicas(&rs));
                 }
                 watcher::Event::Delete(rs) => {
@@ -246,7 +255,8 @@ async fn rolling_update_stays_within_surge_and_availability() -> anyhow::Result<
     );
     assert!(
         max_total.load(Ordering::SeqCst) <= 5,
-        "ReplicaSets were sized beyond replicas + maxSurge"
+        "ReplicaSets were sized beyond replicas + maxSurge: {:#?}",
+        history.lock().unwrap()
     );
     assert_eq!(max_total.load(Ordering::SeqCst), 5, "the surge was used");
 

@@ -87,51 +87,82 @@ impl Syncer {
         old: &mut [ReplicaSet],
         max_cleanup: i32,
     ) -> Result<i32, Error> {
-        let targets = active_oldest_first(old);
         let mut total = 0;
-        for rs in targets {
-            if total >= max_cleanup {
-                break;
-            }
-            let (replicas, available) = (rs_replicas(&rs), rs_available(&rs));
-            if replicas == available {
-                continue;
-            }
-            let count = (max_cleanup - total).min(replicas - available);
-            let (_, updated) = self.scale_and_record(rs, replicas - count).await?;
+        for (rs, size) in unhealthy_cleanup(old, max_cleanup) {
+            total += rs_replicas(&rs) - size;
+            let (_, updated) = self.scale_and_record(rs, size).await?;
             replace_in(new, old, updated);
-            total += count;
         }
         Ok(total)
     }
 
-    /// Upstream's `scaleDownOldReplicaSetsForRollingUpdate`: oldest first, never below the
-    /// availability floor.
+    /// Upstream's `scaleDownOldReplicaSetsForRollingUpdate`.
     async fn scale_down_old(
         &mut self,
         new: &mut Option<ReplicaSet>,
         old: &mut [ReplicaSet],
     ) -> Result<i32, Error> {
         let min_available = spec_replicas(&self.d) - max_unavailable(&self.d);
-        let available = available_replica_count(old.iter().chain(new.iter()));
-        if available <= min_available {
-            return Ok(0);
-        }
-        let targets = active_oldest_first(old);
-        let to_scale = available - min_available;
         let mut total = 0;
-        for rs in targets {
-            if total >= to_scale {
-                break;
-            }
-            let count = rs_replicas(&rs).min(to_scale - total);
-            let size = rs_replicas(&rs) - count;
+        for (rs, size) in old_scale_down(new.as_ref(), old, min_available) {
+            total += rs_replicas(&rs) - size;
             let (_, updated) = self.scale_and_record(rs, size).await?;
             replace_in(new, old, updated);
-            total += count;
         }
         Ok(total)
     }
+}
+
+/// The old ReplicaSets to shrink, oldest first, with their new sizes: by as many replicas as
+/// are available beyond `min_available`. A ReplicaSet counts at most its size as available:
+/// right after it was scaled down its status still counts the pods it is about to delete,
+/// and counting those would take availability below the floor.
+fn old_scale_down(
+    new: Option<&ReplicaSet>,
+    old: &[ReplicaSet],
+    min_available: i32,
+) -> Vec<(ReplicaSet, i32)> {
+    let available: i32 = old
+        .iter()
+        .chain(new)
+        .map(|rs| rs_available(rs).min(rs_replicas(rs)))
+        .sum();
+    let to_scale = available - min_available;
+    let mut plan = Vec::new();
+    let mut total = 0;
+    for rs in active_oldest_first(old) {
+        if total >= to_scale {
+            break;
+        }
+        let count = rs_replicas(&rs).min(to_scale - total);
+        total += count;
+        let size = rs_replicas(&rs) - count;
+        plan.push((rs, size));
+    }
+    plan
+}
+
+/// The old ReplicaSets to shrink by their unavailable replicas, oldest first, at most
+/// `max_cleanup` replicas in all, with their new sizes. A ReplicaSet whose status still counts
+/// more available replicas than its (just lowered) size has none unavailable: its status lags
+/// its spec, and taking the difference would scale it up.
+fn unhealthy_cleanup(old: &[ReplicaSet], max_cleanup: i32) -> Vec<(ReplicaSet, i32)> {
+    let mut plan = Vec::new();
+    let mut total = 0;
+    for rs in active_oldest_first(old) {
+        if total >= max_cleanup {
+            break;
+        }
+        let unavailable = rs_replicas(&rs) - rs_available(&rs);
+        if unavailable <= 0 {
+            continue;
+        }
+        let count = (max_cleanup - total).min(unavailable);
+        total += count;
+        let size = rs_replicas(&rs) - count;
+        plan.push((rs, size));
+    }
+    plan
 }
 
 /// The ReplicaSets with replicas, oldest first: the order old ones are scaled down in.
@@ -143,4 +174,71 @@ fn active_oldest_first(sets: &[ReplicaSet]) -> Vec<ReplicaSet> {
         .collect();
     active.sort_by(by_creation);
     active
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+
+    fn rs(name: &str, created: &str, replicas: i32, available: i32) -> ReplicaSet {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "creationTimestamp": created},
+            "spec": {"replicas": replicas, "selector": {}},
+            "status": {"replicas": replicas.max(available), "availableReplicas": available},
+        }))
+        .unwrap()
+    }
+
+    fn sizes(plan: Vec<(ReplicaSet, i32)>) -> Vec<(String, i32)> {
+        plan.into_iter().map(|(rs, n)| (rs.name_any(), n)).collect()
+    }
+
+    #[test]
+    fn cleanup_takes_unavailable_replicas_oldest_first_up_to_the_limit() {
+        let old = [
+            rs("b", "2026-01-02T00:00:00Z", 3, 1),
+            rs("a", "2026-01-01T00:00:00Z", 2, 1),
+            rs("c", "2026-01-03T00:00:00Z", 2, 2),
+        ];
+        assert_eq!(
+            sizes(unhealthy_cleanup(&old, 2)),
+            [("a".into(), 1), ("b".into(), 2)]
+        );
+        assert_eq!(
+            sizes(unhealthy_cleanup(&old, 10)),
+            [("a".into(), 1), ("b".into(), 1)]
+        );
+    }
+
+    #[test]
+    fn scale_down_keeps_the_available_floor_oldest_first() {
+        let new = rs("n", "2026-01-03T00:00:00Z", 2, 2);
+        let old = [
+            rs("b", "2026-01-02T00:00:00Z", 2, 2),
+            rs("a", "2026-01-01T00:00:00Z", 1, 1),
+        ];
+        // 5 available, 3 must stay: the oldest goes first.
+        assert_eq!(
+            sizes(old_scale_down(Some(&new), &old, 3)),
+            [("a".into(), 0), ("b".into(), 1)]
+        );
+        assert!(old_scale_down(Some(&new), &old, 5).is_empty());
+    }
+
+    #[test]
+    fn scale_down_does_not_count_pods_a_set_is_about_to_delete() {
+        // "a" was just scaled from 3 to 2; its status still counts 3 available.
+        let new = rs("n", "2026-01-03T00:00:00Z", 3, 1);
+        let old = [rs("a", "2026-01-01T00:00:00Z", 2, 3)];
+        // Truly available: 2 + 1; the floor is 3, so nothing may go.
+        assert!(old_scale_down(Some(&new), &old, 3).is_empty());
+    }
+
+    #[test]
+    fn cleanup_never_scales_up_a_set_whose_status_lags_its_size() {
+        // Just scaled from 2 to 1; the status still reports 2 available.
+        let old = [rs("a", "2026-01-01T00:00:00Z", 1, 2)];
+        assert!(unhealthy_cleanup(&old, 1).is_empty());
+    }
 }

@@ -507,6 +507,7 @@ impl Syncer {
             .replace(&rs.name_any(), &PostParams::default(), &rs)
             .await?;
         if size_changed {
+            tracing::info!(replica_set = %rs.name_any(), from = old_size, to = size, "scaled");
             self.event(
                 EventType::Normal,
                 "ScalingReplicaSet",
