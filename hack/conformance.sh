@@ -18,8 +18,11 @@ PORT="${MINIK8S_PORT:-6443}"
 if ! curl -skf "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then
   "$REPO_ROOT/hack/up.sh"
 fi
-cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p conformance
-"${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/conformance" \
+# $MINIK8S_CONFORMANCE_BIN: an already built suite instead of the release build.
+if [[ -z "${MINIK8S_CONFORMANCE_BIN:-}" ]]; then
+  cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p conformance
+fi
+"${MINIK8S_CONFORMANCE_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/conformance}" \
   --kubeconfig "$DATA_DIR/admin.kubeconfig" \
   --known-failures "$REPO_ROOT/conformance/known-failures.txt" \
   "$@"

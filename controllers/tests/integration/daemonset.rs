@@ -2,7 +2,7 @@
 //! placed by node affinity (bound by the test binder as the scheduler would), status, and a
 //! rolling update.
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};

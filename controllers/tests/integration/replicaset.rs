@@ -1,7 +1,6 @@
 //! The ReplicaSet controller against the in-process API server and hollow nodes.
 
-mod common;
-mod support;
+use crate::common;
 
 use std::collections::HashSet;
 

@@ -2,7 +2,7 @@
 //! Job controller and hollow nodes running the Jobs, and a fake clock moved instead of
 //! waiting for real minutes.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

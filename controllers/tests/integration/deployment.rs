@@ -1,8 +1,7 @@
 //! The Deployment controller (with the ReplicaSet controller under it) against the
 //! in-process API server and hollow nodes.
 
-mod common;
-mod support;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};

@@ -1,7 +1,7 @@
 //! The Job controller against the in-process API server, with hollow nodes running the pods
 //! and a test binder standing in for the scheduler.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,0 +1,23 @@
+//! The controllers' integration tests, one module per controller, in one test binary: each
+//! binary links the whole in-process API server and client stack again, which cost CI about
+//! 45 s per file when every file was a binary of its own.
+
+mod common;
+mod support;
+
+mod controller_ref;
+mod cronjob;
+mod daemonset;
+mod deployment;
+mod endpoints;
+mod garbagecollector;
+mod hollow;
+mod job;
+mod leader;
+mod namespace;
+mod nodeipam;
+mod nodelifecycle;
+mod podgc;
+mod replicaset;
+mod scheduler;
+mod serviceaccount;
