@@ -1014,11 +1014,20 @@ async fn crd_delete(c: &Ctx) -> anyhow::Result<()> {
         gone(&crds, CRD_NAME)
     })
     .await?;
-    match api.list(&ListParams::default()).await {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        other => Err(anyhow!(
-            "gadgets still served after the CRD is gone: {:?}",
-            other.map(|l| l.items.len())
-        )),
-    }
+    // As upstream, the server stops serving the kind when its CRD watch sees the CRD go,
+    // a moment after the CRD is gone from storage.
+    eventually(
+        Duration::from_secs(10),
+        "gadgets no longer served after the CRD is gone",
+        || async {
+            match api.list(&ListParams::default()).await {
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                other => Err(anyhow!(
+                    "gadgets still served after the CRD is gone: {:?}",
+                    other.map(|l| l.items.len())
+                )),
+            }
+        },
+    )
+    .await
 }

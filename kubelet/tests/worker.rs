@@ -324,10 +324,25 @@ async fn images_config_errors_and_completion() {
         (0, Some("Completed"))
     );
     h.sync().await;
+    let rt = h.shared.runtime_pod(&uid).await.unwrap();
+    let sandbox = rt.sandboxes[0].id.clone();
+    let calls = |h: &Harness, verb: &str| {
+        let call = format!("{verb} {sandbox}");
+        h.fake.calls().iter().filter(|c| **c == call).count()
+    };
+    assert_eq!(calls(&h, "StopPodSandbox"), 1);
+
+    // Removing it afterwards does not stop the stopped sandbox again (each StopPodSandbox
+    // runs the CNI DEL chain in containerd), but removes it.
+    h.shared.remove_pod(&rt).await.unwrap();
+    assert_eq!(calls(&h, "StopPodSandbox"), 1);
+    assert_eq!(calls(&h, "RemovePodSandbox"), 1);
     assert!(
-        h.fake
-            .calls()
-            .iter()
-            .any(|c| c.starts_with("StopPodSandbox"))
+        h.shared
+            .runtime_pod(&uid)
+            .await
+            .unwrap()
+            .sandboxes
+            .is_empty()
     );
 }

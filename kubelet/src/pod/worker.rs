@@ -573,7 +573,12 @@ impl Shared {
             }
         }
         for s in &rt.sandboxes {
-            let _ = self.runtime.stop_pod_sandbox(&s.id).await;
+            // A stopped sandbox is not stopped again: containerd tears its network down on
+            // every StopPodSandbox (each a round of CNI DEL execs), and RemovePodSandbox
+            // stops whatever is left anyway.
+            if s.ready {
+                let _ = self.runtime.stop_pod_sandbox(&s.id).await;
+            }
             match self.runtime.remove_pod_sandbox(&s.id).await {
                 Err(e) if !e.is_not_found() => return Err(e),
                 _ => {}
