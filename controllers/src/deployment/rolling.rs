@@ -75,36 +75,24 @@ impl Syncer {
         if max_scaled_down <= 0 {
             return Ok(false);
         }
-        let cleaned = self.cleanup_unhealthy(new, old, max_scaled_down).await?;
-        let scaled = self.scale_down_old(new, old).await?;
+        // Upstream's `cleanupUnhealthyReplicas`, then its
+        // `scaleDownOldReplicaSetsForRollingUpdate` on what the first left.
+        let plan = unhealthy_cleanup(old, max_scaled_down);
+        let cleaned = self.shrink(new, old, plan).await?;
+        let plan = old_scale_down(new.as_ref(), old, min_available);
+        let scaled = self.shrink(new, old, plan).await?;
         Ok(cleaned + scaled > 0)
     }
 
-    /// Upstream's `cleanupUnhealthyReplicas`.
-    async fn cleanup_unhealthy(
+    /// Gives old ReplicaSets the smaller sizes of `plan`; returns how many replicas went.
+    async fn shrink(
         &mut self,
         new: &mut Option<ReplicaSet>,
         old: &mut [ReplicaSet],
-        max_cleanup: i32,
+        plan: Vec<(ReplicaSet, i32)>,
     ) -> Result<i32, Error> {
         let mut total = 0;
-        for (rs, size) in unhealthy_cleanup(old, max_cleanup) {
-            total += rs_replicas(&rs) - size;
-            let (_, updated) = self.scale_and_record(rs, size).await?;
-            replace_in(new, old, updated);
-        }
-        Ok(total)
-    }
-
-    /// Upstream's `scaleDownOldReplicaSetsForRollingUpdate`.
-    async fn scale_down_old(
-        &mut self,
-        new: &mut Option<ReplicaSet>,
-        old: &mut [ReplicaSet],
-    ) -> Result<i32, Error> {
-        let min_available = spec_replicas(&self.d) - max_unavailable(&self.d);
-        let mut total = 0;
-        for (rs, size) in old_scale_down(new.as_ref(), old, min_available) {
+        for (rs, size) in plan {
             total += rs_replicas(&rs) - size;
             let (_, updated) = self.scale_and_record(rs, size).await?;
             replace_in(new, old, updated);
@@ -127,19 +115,7 @@ fn old_scale_down(
         .chain(new)
         .map(|rs| rs_available(rs).min(rs_replicas(rs)))
         .sum();
-    let to_scale = available - min_available;
-    let mut plan = Vec::new();
-    let mut total = 0;
-    for rs in active_oldest_first(old) {
-        if total >= to_scale {
-            break;
-        }
-        let count = rs_replicas(&rs).min(to_scale - total);
-        total += count;
-        let size = rs_replicas(&rs) - count;
-        plan.push((rs, size));
-    }
-    plan
+    shrink_oldest_first(old, available - min_available, rs_replicas)
 }
 
 /// The old ReplicaSets to shrink by their unavailable replicas, oldest first, at most
@@ -147,17 +123,26 @@ fn old_scale_down(
 /// more available replicas than its (just lowered) size has none unavailable: its status lags
 /// its spec, and taking the difference would scale it up.
 fn unhealthy_cleanup(old: &[ReplicaSet], max_cleanup: i32) -> Vec<(ReplicaSet, i32)> {
+    shrink_oldest_first(old, max_cleanup, |rs| rs_replicas(rs) - rs_available(rs))
+}
+
+/// New sizes for the active ReplicaSets, oldest first, each losing what `removable` says it
+/// can spare (nothing if that is not positive), `budget` replicas at most in all.
+fn shrink_oldest_first(
+    old: &[ReplicaSet],
+    budget: i32,
+    removable: impl Fn(&ReplicaSet) -> i32,
+) -> Vec<(ReplicaSet, i32)> {
     let mut plan = Vec::new();
     let mut total = 0;
     for rs in active_oldest_first(old) {
-        if total >= max_cleanup {
+        if total >= budget {
             break;
         }
-        let unavailable = rs_replicas(&rs) - rs_available(&rs);
-        if unavailable <= 0 {
+        let count = removable(&rs).min(budget - total);
+        if count <= 0 {
             continue;
         }
-        let count = (max_cleanup - total).min(unavailable);
         total += count;
         let size = rs_replicas(&rs) - count;
         plan.push((rs, size));
