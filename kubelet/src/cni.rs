@@ -1,5 +1,6 @@
-//! Single-node pod networking: a CNI conflist (bridge with host-local IPAM on the node's pod
-//! CIDR, then portmap) for containerd's CRI plugin, and routes that keep every cluster address
+//! Single-node pod networking: a CNI conflist for containerd's CRI plugin (minik8s's own
+//! plugin where the node runs its containerd; else bridge with host-local IPAM on the node's
+//! pod CIDR, then portmap), and routes that keep every cluster address
 //! on this machine: the cluster and service ranges go to the local bridge, never to the
 //! default gateway.
 
@@ -35,8 +36,17 @@ pub fn gateway(cidr: &str) -> Result<(std::net::Ipv4Addr, u8), NetError> {
     Ok((std::net::Ipv4Addr::from((u32::from(ip) & mask) + 1), bits))
 }
 
-/// The conflist for `pod_cidr`; `data_dir` keeps host-local's allocations.
-pub fn conflist(bridge: &str, pod_cidr: &str, data_dir: &Path) -> serde_json::Value {
+/// The conflist for `pod_cidr` with minik8s's own plugin (`minik8s_cni`), else with the
+/// stock ones; `data_dir` keeps host-local's allocations (both use its layout).
+pub fn conflist(
+    bridge: &str,
+    pod_cidr: &str,
+    data_dir: &Path,
+    minik8s_cni: bool,
+) -> serde_json::Value {
+    if minik8s_cni {
+        return minik8s_cni::conflist("minik8s", bridge, pod_cidr, data_dir);
+    }
     serde_json::json!({
         "cniVersion": "1.0.0",
         "name": "minik8s",
@@ -65,6 +75,7 @@ pub fn write_conflist(
     bridge: &str,
     pod_cidr: &str,
     data_dir: &Path,
+    minik8s_cni: bool,
 ) -> Result<(), NetError> {
     let w = |e| NetError::Write {
         path: conf_dir.display().to_string(),
@@ -73,7 +84,8 @@ pub fn write_conflist(
     std::fs::create_dir_all(conf_dir).map_err(w)?;
     let path = conf_dir.join("10-minik8s.conflist");
     let tmp = conf_dir.join(".10-minik8s.conflist.tmp");
-    let text = serde_json::to_string_pretty(&conflist(bridge, pod_cidr, data_dir)).expect("json");
+    let text = serde_json::to_string_pretty(&conflist(bridge, pod_cidr, data_dir, minik8s_cni))
+        .expect("json");
     if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
         return Ok(());
     }
@@ -143,12 +155,21 @@ mod tests {
 
     #[test]
     fn conflist_shape() {
-        let c = conflist("cni0", "10.244.0.0/24", Path::new("/tmp/ipam"));
+        let c = conflist("cni0", "10.244.0.0/24", Path::new("/tmp/ipam"), false);
         assert_eq!(
             c["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
             "10.244.0.0/24"
         );
         assert_eq!(c["plugins"][1]["type"], "portmap");
         assert_eq!(c["plugins"][0]["ipMasq"], false);
+        let own = conflist("cni0", "10.244.0.0/24", Path::new("/tmp/ipam"), true);
+        assert_eq!(own["plugins"][0]["type"], minik8s_cni::BRIDGE_TYPE);
+        assert_eq!(own["plugins"][0]["subnet"], "10.244.0.0/24");
+        // Both keep host-local's store under the same directory and network name.
+        assert_eq!(
+            own["plugins"][0]["dataDir"],
+            c["plugins"][0]["ipam"]["dataDir"]
+        );
+        assert_eq!(own["name"], c["name"]);
     }
 }

@@ -23,6 +23,9 @@ pub struct KubeletConfig {
     pub cni_conf_dir: PathBuf,
     /// The bridge pods attach to.
     pub bridge: String,
+    /// Whether the runtime's CNI plugin directory holds minik8s's own plugin (true for the
+    /// containerd the node starts itself); else the conflist names the stock plugins.
+    pub minik8s_cni: bool,
     /// The port of the kubelet's HTTPS API (logs, exec, port-forward, stats).
     pub port: u16,
     /// The address the kubelet's HTTPS API listens on.
@@ -67,6 +70,7 @@ impl KubeletConfig {
             node_ip,
             cni_conf_dir: root_dir.join("cni"),
             bridge: crate::cni::BRIDGE.into(),
+            minik8s_cni: false,
             root_dir,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),

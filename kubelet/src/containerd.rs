@@ -86,6 +86,18 @@ fn find_binary(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// minik8s's CNI plugin: `minik8s-cni` beside this program, or beside the directory it is in
+/// (cargo's test programs live in `target/<profile>/deps`).
+pub fn cni_plugin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [Some(dir), dir.parent()]
+        .into_iter()
+        .flatten()
+        .map(|d| d.join("minik8s-cni"))
+        .find(|p| p.is_file())
+}
+
 fn is_crun(binary: &Path) -> bool {
     binary.file_name().is_some_and(|n| n == "crun")
 }
@@ -142,7 +154,10 @@ pub struct ContainerdConfig {
     pub sandbox_image: String,
     /// The OCI runtime the runc shim runs (its `BinaryName`): see [`oci_runtime`].
     pub runc: PathBuf,
+    /// Where the stock CNI plugins are (portmap is still run from there for hostPorts).
     pub cni_bin_dir: PathBuf,
+    /// minik8s's CNI plugin ([`cni_plugin`]); without it pods get the stock plugins.
+    pub cni_plugin: Option<PathBuf>,
     pub snapshotter: String,
     /// containerd's log level (`debug`, `info`, `warn`, ...).
     pub log_level: String,
@@ -161,6 +176,7 @@ impl ContainerdConfig {
             sandbox_image: SANDBOX_IMAGE.to_string(),
             runc: oci_runtime(),
             cni_bin_dir: PathBuf::from("/usr/lib/cni"),
+            cni_plugin: cni_plugin(),
             snapshotter: "overlayfs".to_string(),
             log_level: "info".to_string(),
         }
@@ -182,6 +198,26 @@ impl ContainerdConfig {
     /// Where the CRI plugin looks for a CNI network configuration.
     pub fn cni_conf_dir(&self) -> PathBuf {
         self.dir.join("cni")
+    }
+    /// The CRI plugin's CNI plugin directory: the stock one, or with minik8s's plugin one of
+    /// our own that [`Containerd::start`] fills with links (see [`Self::cni_links`]).
+    pub fn cni_plugin_dir(&self) -> PathBuf {
+        match self.cni_plugin {
+            Some(_) => self.dir.join("cni-bin"),
+            None => self.cni_bin_dir.clone(),
+        }
+    }
+    /// The links of our CNI plugin directory: name and target. The plugin serves the bridge
+    /// network and the loopback one containerd adds to every pod; portmap stays the stock one.
+    pub fn cni_links(&self) -> Vec<(String, PathBuf)> {
+        let Some(plugin) = &self.cni_plugin else {
+            return Vec::new();
+        };
+        vec![
+            (minik8s_cni::BRIDGE_TYPE.to_string(), plugin.clone()),
+            (minik8s_cni::LOOPBACK_TYPE.to_string(), plugin.clone()),
+            ("portmap".to_string(), self.cni_bin_dir.join("portmap")),
+        ]
     }
     pub fn runc_root(&self) -> PathBuf {
         self.dir.join("runc")
@@ -241,6 +277,7 @@ disabled_plugins = [
 
   [{cri}.containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
+    pod_annotations = [{shim_group}]
 
   [{cri}.containerd.runtimes.runc.options]
     BinaryName = {runc}
@@ -262,10 +299,31 @@ disabled_plugins = [
             snapshotter = toml_str(&self.snapshotter),
             runc = p(self.runc.clone()),
             runc_root = p(self.runc_root()),
-            cni_bin = p(self.cni_bin_dir.clone()),
+            cni_bin = p(self.cni_plugin_dir()),
+            shim_group = toml_str(crate::pod::model::keys::SHIM_GROUP),
             cni_conf = p(self.cni_conf_dir()),
         )
     }
+}
+
+/// Fills our CNI plugin directory with its links, replacing what an earlier start left.
+fn link_cni_plugins(config: &ContainerdConfig) -> Result<(), Error> {
+    let links = config.cni_links();
+    if links.is_empty() {
+        return Ok(());
+    }
+    let dir = config.cni_plugin_dir();
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    for (name, target) in links {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).map_err(io(format!(
+            "linking {} to {}",
+            link.display(),
+            target.display()
+        )))?;
+    }
+    Ok(())
 }
 
 /// A running private containerd; stopped (with everything it started) on drop.
@@ -300,6 +358,7 @@ impl Containerd {
         for d in [config.cni_conf_dir(), config.runc_root(), config.opt_dir()] {
             std::fs::create_dir_all(&d).map_err(io(format!("creating {}", d.display())))?;
         }
+        link_cni_plugins(&config)?;
         stop_stale(&config);
         if is_crun(&config.runc) && !cgroups_ready_for_crun() {
             tracing::warn!(
@@ -786,6 +845,7 @@ mod tests {
     fn config_names_everything_under_the_dir() {
         let mut c = ContainerdConfig::new("/tmp/x y");
         c.runc = PathBuf::from("/usr/sbin/runc");
+        c.cni_plugin = None;
         let text = c.render();
         for want in [
             r#"root = "/tmp/x y/root""#,
@@ -799,6 +859,7 @@ mod tests {
             r#"stream_server_port = "0""#,
             r#"snapshotter = "overlayfs""#,
             r#"runtime_type = "io.containerd.runc.v2""#,
+            r#"pod_annotations = ["io.containerd.runc.v2.group"]"#,
             r#"BinaryName = "/usr/sbin/runc""#,
             r#"Root = "/tmp/x y/runc""#,
             "SystemdCgroup = false",
@@ -808,6 +869,21 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn own_cni_plugin_gets_a_directory_of_links() {
+        let mut c = ContainerdConfig::new("/tmp/x");
+        c.cni_plugin = Some(PathBuf::from("/opt/minik8s-cni"));
+        assert!(c.render().contains(r#"bin_dir = "/tmp/x/cni-bin""#));
+        assert_eq!(
+            c.cni_links(),
+            vec![
+                ("minik8s-bridge".into(), PathBuf::from("/opt/minik8s-cni")),
+                ("loopback".into(), PathBuf::from("/opt/minik8s-cni")),
+                ("portmap".into(), PathBuf::from("/usr/lib/cni/portmap")),
+            ]
+        );
     }
 
     #[test]

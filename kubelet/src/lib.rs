@@ -124,6 +124,7 @@ async fn pod_network(
             &config.bridge,
             cidr,
             &config.root_dir.join("cni-ipam"),
+            config.minik8s_cni,
         )
     };
     let mut applied: Option<String> = None;

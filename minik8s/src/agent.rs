@@ -182,6 +182,9 @@ pub async fn start(
         client_ca_pem: pki.ca.cert_pem.clone(),
     });
     config.cni_conf_dir = cni_dir;
+    config.minik8s_cni = containerd
+        .as_ref()
+        .is_some_and(|c| c.config().cni_plugin.is_some());
     config.pod_cidr = args.pod_cidr.clone();
     config.cluster_dns = args.cluster_dns.clone();
     config.cluster_domain = args.cluster_domain.clone();

@@ -17,6 +17,9 @@ pub mod keys {
     pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
     pub const TERMINATION_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
     pub const INIT_CONTAINER: &str = "minik8s.io/init-container";
+    /// containerd's runc shim serves every container whose OCI spec carries the same value
+    /// (containerd passes it from the sandbox's annotations: `pod_annotations`).
+    pub const SHIM_GROUP: &str = "io.containerd.runc.v2.group";
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -219,6 +219,22 @@ fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
     }
 }
 
+/// How many runc shims the node's pods share.
+pub const SHIM_GROUPS: u32 = 4;
+
+/// The shim a pod's sandbox and containers run under. containerd starts one shim per pod by
+/// default: a Go daemon started and torn down with every pod, about 8 ms of CPU per pod's
+/// start on this project's machines (`hack/bench.sh pods`), and its memory for the pod's life.
+/// A few shared shims cost that once; more than one, because a shim creates one container at
+/// a time.
+pub fn shim_group(pod_uid: &str) -> String {
+    // FNV-1a: stable across kubelet restarts and builds, unlike std's hasher.
+    let hash = pod_uid.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("minik8s-{}", hash % SHIM_GROUPS)
+}
+
 pub fn sandbox_config(config: &KubeletConfig, pod: &Pod, attempt: u32) -> cri::PodSandboxConfig {
     let spec = pod.spec.as_ref().expect("pod spec");
     let name = pod.metadata.name.clone().unwrap_or_default();
@@ -260,6 +276,7 @@ pub fn sandbox_config(config: &KubeletConfig, pod: &Pod, attempt: u32) -> cri::P
         .unwrap_or_default()
         .into_iter()
         .collect();
+    annotations.insert(keys::SHIM_GROUP.into(), shim_group(uid(pod)));
     annotations.insert(
         keys::TERMINATION_GRACE.into(),
         spec.termination_grace_period_seconds
@@ -578,6 +595,27 @@ mod tests {
             s.linux.unwrap().cgroup_parent,
             "/kubepods/besteffort/pod1_2"
         );
+    }
+
+    #[test]
+    fn pods_share_a_few_shims_chosen_by_uid() {
+        // Stable: a restarted kubelet puts a pod's new containers under the same shim.
+        assert_eq!(shim_group("1-2"), shim_group("1-2"));
+        let groups: std::collections::BTreeSet<String> = (0..64)
+            .map(|i| shim_group(&format!("00000000-0000-4000-8000-{i:012}")))
+            .collect();
+        let want: std::collections::BTreeSet<String> =
+            (0..SHIM_GROUPS).map(|g| format!("minik8s-{g}")).collect();
+        assert_eq!(groups, want);
+        // A pod cannot pick its shim: the kubelet's value wins over the pod's annotation.
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "team", "uid": "1-2",
+                         "annotations": {keys::SHIM_GROUP: "mine", "a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+        }));
+        let s = sandbox_config(&config(), &p, 0);
+        assert_eq!(s.annotations[keys::SHIM_GROUP], shim_group("1-2"));
+        assert_eq!(s.annotations["a"], "b");
     }
 
     /// A config whose resolv.conf is `text`, in a directory of its own.
