@@ -208,16 +208,21 @@ impl ContainerdConfig {
         }
     }
     /// The links of our CNI plugin directory: name and target. The plugin serves the bridge
-    /// network and the loopback one containerd adds to every pod; portmap stays the stock one.
+    /// network and the loopback one containerd adds to every pod; portmap stays the stock one,
+    /// and so do bridge and host-local: a conflist of an earlier version, still there until
+    /// the kubelet writes its own, keeps working (for pods it set up, too).
     pub fn cni_links(&self) -> Vec<(String, PathBuf)> {
         let Some(plugin) = &self.cni_plugin else {
             return Vec::new();
         };
-        vec![
+        let mut links = vec![
             (minik8s_cni::BRIDGE_TYPE.to_string(), plugin.clone()),
             (minik8s_cni::LOOPBACK_TYPE.to_string(), plugin.clone()),
-            ("portmap".to_string(), self.cni_bin_dir.join("portmap")),
-        ]
+        ];
+        for stock in ["portmap", "bridge", "host-local"] {
+            links.push((stock.to_string(), self.cni_bin_dir.join(stock)));
+        }
+        links
     }
     pub fn runc_root(&self) -> PathBuf {
         self.dir.join("runc")
@@ -882,6 +887,11 @@ mod tests {
                 ("minik8s-bridge".into(), PathBuf::from("/opt/minik8s-cni")),
                 ("loopback".into(), PathBuf::from("/opt/minik8s-cni")),
                 ("portmap".into(), PathBuf::from("/usr/lib/cni/portmap")),
+                ("bridge".into(), PathBuf::from("/usr/lib/cni/bridge")),
+                (
+                    "host-local".into(),
+                    PathBuf::from("/usr/lib/cni/host-local")
+                ),
             ]
         );
     }
