@@ -22,18 +22,11 @@ pub enum NetError {
 
 pub const BRIDGE: &str = "cni0";
 
-/// The first address of an IPv4 CIDR, used as the bridge's (gateway) address.
+/// The first address of an IPv4 CIDR, used as the bridge's (gateway) address: the same one
+/// the CNI plugin gives the bridge.
 pub fn gateway(cidr: &str) -> Result<(std::net::Ipv4Addr, u8), NetError> {
-    let (ip, bits) = cidr
-        .split_once('/')
-        .ok_or_else(|| NetError::Cidr(cidr.into()))?;
-    let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| NetError::Cidr(cidr.into()))?;
-    let bits: u8 = bits.parse().map_err(|_| NetError::Cidr(cidr.into()))?;
-    if bits > 30 {
-        return Err(NetError::Cidr(cidr.into()));
-    }
-    let mask = u32::MAX << (32 - bits);
-    Ok((std::net::Ipv4Addr::from((u32::from(ip) & mask) + 1), bits))
+    let range = minik8s_cni::ipam::Range::parse(cidr).ok_or_else(|| NetError::Cidr(cidr.into()))?;
+    Ok((range.gateway, range.prefix))
 }
 
 /// The conflist for `pod_cidr` with minik8s's own plugin (`minik8s_cni`), else with the
