@@ -6,13 +6,7 @@
 # Cases listed in conformance/known-failures.txt print XFAIL and do not fail the run.
 source "$(dirname "$0")/lib.sh"
 
-# The Python suite needs a python3 that can create venvs (Debian: python3-venv).
-if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-  log "installing python3-venv"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q || true
-  apt-get install -y -q --no-install-recommends python3 python3-venv
-fi
+install_packages
 
 PORT="${MINIK8S_PORT:-6443}"
 if ! curl -skf "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then

@@ -6,12 +6,11 @@ DATA_DIR="${MINIK8S_DATA_DIR:-/var/lib/minik8s}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
-# Installs the Debian packages minik8s needs, only those missing.
+# Installs the Debian packages minik8s needs (hack/packages.txt), only those missing.
+wanted_packages() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$REPO_ROOT/hack/packages.txt" | awk '{print $1}'; }
 install_packages() {
-  local want=(protobuf-compiler etcd-server etcd-client iptables curl ca-certificates
-    containerd runc crun containernetworking-plugins busybox-static gcc libc6-dev)
   local missing=()
-  for p in "${want[@]}"; do
+  for p in $(wanted_packages); do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Every test: unit and integration tests of the workspace (they start their own etcd and
+# Every test: first that this machine has no package a fresh one set up by hack/lib.sh would
+# lack, then unit and integration tests of the workspace (they start their own etcd and
 # servers), then the conformance suite against a fresh cluster from hack/up.sh, then the
 # cross-node checks on a 3-node cluster, once per proxy mode.
 source "$(dirname "$0")/lib.sh"
 
 install_packages
+# Nothing installed by hand may stand in for a missing install step.
+"$REPO_ROOT/hack/verify-packages.sh"
 cd "$REPO_ROOT"
 log "cargo test"
 cargo test --release --workspace --all-targets
