@@ -57,7 +57,7 @@ impl Cluster {
         let built = Command::new(binary())
             .args(["image", "build", "--out"])
             .arg(&images)
-            .args(["pause", "busybox"])
+            .args(["--busybox", "/bin/busybox", "pause", "busybox"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .status()

@@ -180,7 +180,11 @@ async fn pods_run_restart_and_survive_a_node_restart() {
     let _teardown = Teardown(dir.path().to_path_buf());
     let images = dir.path().join("images");
     for kind in [ImageKind::Pause, ImageKind::Busybox] {
-        build(kind, &BuildOptions::new(&images)).expect("build image");
+        let opts = BuildOptions {
+            busybox: Some("/bin/busybox".into()),
+            ..BuildOptions::new(&images)
+        };
+        build(kind, &opts).expect("build image");
     }
     let port = free_port();
     let mut node = start(dir.path(), port);

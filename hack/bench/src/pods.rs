@@ -213,7 +213,10 @@ fn start(bin: &Path, keep_log: Option<PathBuf>) -> anyhow::Result<NodeProcess> {
     ] {
         minik8s_kubelet::images::build::build(
             kind,
-            &minik8s_kubelet::images::BuildOptions::new(&images),
+            &minik8s_kubelet::images::BuildOptions {
+                busybox: Some("/bin/busybox".into()),
+                ..minik8s_kubelet::images::BuildOptions::new(&images)
+            },
         )
         .with_context(|| format!("building the {kind} image"))?;
     }

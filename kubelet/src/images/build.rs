@@ -1,23 +1,22 @@
 //! The images a node needs, built from files on this machine with no registry:
 //!
 //! - `registry.k8s.io/pause:3.9`: our own `hack/images/pause.c`, compiled static with gcc.
-//! - `docker.io/library/busybox:1.36`: Debian's static busybox and its applet links.
+//! - `docker.io/library/busybox:1.36`: the static busybox of Debian 13 (1.37; Debian 12's
+//!   1.35 crashes on `wget -T`, which half of all tutorials run) and its applet links.
 //! - `docker.io/library/python:3`: Debian 12's python3 packages and the libraries they need,
 //!   fetched with `apt-get download` into a cache and unpacked with `dpkg-deb -x`.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-
+use super::apt::{self, Apt};
 use super::oci::{ContainerConfig, ImageSpec, Tree, WrittenImage, write_archive};
-use super::{Error, IoContext, Result};
+use super::{Error, IoContext, Result, ensure_dir, run};
 
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.9";
 pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:1.36";
@@ -127,8 +126,10 @@ pub struct BuildOptions {
     pub out_dir: PathBuf,
     /// Downloaded Debian packages are kept here between builds.
     pub cache_dir: PathBuf,
-    /// A static busybox (Debian's busybox-static).
-    pub busybox: PathBuf,
+    /// A static busybox to use instead of Debian 13's busybox-static.
+    pub busybox: Option<PathBuf>,
+    /// Where Debian 13's packages come from.
+    pub debian_mirror: String,
     /// The C compiler for the pause program.
     pub cc: PathBuf,
     /// The CA bundle put into the python image.
@@ -141,7 +142,8 @@ impl BuildOptions {
         BuildOptions {
             cache_dir: out_dir.join("cache"),
             out_dir,
-            busybox: PathBuf::from("/bin/busybox"),
+            busybox: None,
+            debian_mirror: apt::DEFAULT_MIRROR.to_string(),
             cc: PathBuf::from("gcc"),
             ca_bundle: PathBuf::from("/etc/ssl/certs/ca-certificates.crt"),
         }
@@ -165,7 +167,7 @@ pub fn build(kind: ImageKind, opts: &BuildOptions) -> Result<BuiltImage> {
         .ctx(|| format!("scratch directory in {}", opts.out_dir.display()))?;
     let (tree, config, created_by) = match kind {
         ImageKind::Pause => pause_tree(opts, scratch.path())?,
-        ImageKind::Busybox => busybox_tree(opts)?,
+        ImageKind::Busybox => busybox_tree(opts, scratch.path())?,
         ImageKind::Python => python_tree(opts, scratch.path())?,
     };
     let spec = ImageSpec {
@@ -189,34 +191,6 @@ pub fn build(kind: ImageKind, opts: &BuildOptions) -> Result<BuiltImage> {
         image,
         duration,
     })
-}
-
-fn ensure_dir(dir: &Path) -> Result<&Path> {
-    std::fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
-}
-
-/// Runs a command and returns its standard output; a failure carries its standard error.
-fn run(cmd: &mut Command) -> Result<Vec<u8>> {
-    let shown = format!("{cmd:?}");
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::Command {
-            command: shown.clone(),
-            detail: e.to_string(),
-        })?;
-    if !out.status.success() {
-        return Err(Error::Command {
-            command: shown,
-            detail: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        });
-    }
-    Ok(out.stdout)
 }
 
 /// Whether an ELF file is statically linked (has no program interpreter).
@@ -282,8 +256,51 @@ fn base_dirs(tree: &mut Tree) -> Result<()> {
     Ok(())
 }
 
-fn busybox_tree(opts: &BuildOptions) -> Result<Built> {
-    let busybox = &opts.busybox;
+/// The Debian release whose busybox-static the image carries, and where it puts the binary.
+const BUSYBOX_SUITE: &str = "trixie";
+const BUSYBOX_PACKAGE: &str = "busybox-static";
+const BUSYBOX_PATH: &str = "usr/bin/busybox";
+
+/// Debian 13's busybox-static, fetched through a private apt configuration kept in the cache
+/// directory and unpacked in `scratch`: the binary and the package's version.
+fn debian_busybox(opts: &BuildOptions, scratch: &Path) -> Result<(PathBuf, String)> {
+    let apt = Apt::release(
+        &opts.cache_dir.join(format!("apt-{BUSYBOX_SUITE}")),
+        &opts.debian_mirror,
+        BUSYBOX_SUITE,
+    )?;
+    let wanted = std::collections::BTreeSet::from([BUSYBOX_PACKAGE.to_string()]);
+    // Lists are fetched once and kept; when the version they name has left the mirror, they
+    // are fetched again.
+    let fetched = apt
+        .candidates(&wanted)
+        .and_then(|p| Ok((apt.fetch(&p, &opts.cache_dir)?, p)));
+    let (debs, packages) = match fetched {
+        Ok(done) => done,
+        Err(_) => {
+            apt.update()?;
+            let p = apt.candidates(&wanted)?;
+            (apt.fetch(&p, &opts.cache_dir)?, p)
+        }
+    };
+    let root = scratch.join("busybox");
+    ensure_dir(&root)?;
+    run(Command::new("dpkg-deb").arg("-x").arg(&debs[0]).arg(&root))?;
+    Ok((root.join(BUSYBOX_PATH), packages[0].version.clone()))
+}
+
+fn busybox_tree(opts: &BuildOptions, scratch: &Path) -> Result<Built> {
+    let (busybox, source) = match &opts.busybox {
+        Some(path) => (path.clone(), path.display().to_string()),
+        None => {
+            let (path, version) = debian_busybox(opts, scratch)?;
+            (
+                path,
+                format!("debian {BUSYBOX_SUITE}: {BUSYBOX_PACKAGE}={version}"),
+            )
+        }
+    };
+    let busybox = &busybox;
     if !is_static_elf(busybox)? {
         return Err(Error::Invalid(format!(
             "{} is not static (install busybox-static)",
@@ -318,235 +335,7 @@ fn busybox_tree(opts: &BuildOptions) -> Result<Built> {
         cmd: vec!["sh".to_string()],
         ..Default::default()
     };
-    Ok((tree, config, format!("busybox-static, {applets} applets")))
-}
-
-/// A Debian package chosen for the python image.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DebPackage {
-    pub name: String,
-    pub version: String,
-    pub architecture: String,
-    pub sha256: String,
-}
-
-impl DebPackage {
-    /// The file name `apt-get download` gives it.
-    pub fn file_name(&self) -> String {
-        format!(
-            "{}_{}_{}.deb",
-            self.name,
-            self.version.replace(':', "%3a"),
-            self.architecture
-        )
-    }
-}
-
-fn strip_arch(name: &str) -> &str {
-    name.split(':').next().unwrap_or(name)
-}
-
-/// One alternative of a dependency, as `apt-cache depends` prints it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Alternative {
-    Package(String),
-    /// A virtual package and the packages that provide it.
-    Virtual(Vec<String>),
-}
-
-/// Parses `apt-cache depends` output: package → its Depends and PreDepends, each a list of
-/// alternatives.
-fn parse_apt_depends(text: &str) -> BTreeMap<String, Vec<Vec<Alternative>>> {
-    let mut out: BTreeMap<String, Vec<Vec<Alternative>>> = BTreeMap::new();
-    let mut current: Option<String> = None;
-    let mut group: Vec<Alternative> = Vec::new();
-    let mut group_open = false;
-    for line in text.lines() {
-        if !line.starts_with(' ') {
-            current = Some(strip_arch(line.trim()).to_string());
-            out.entry(strip_arch(line.trim()).to_string()).or_default();
-            group.clear();
-            group_open = false;
-            continue;
-        }
-        let Some(pkg) = current.as_ref() else {
-            continue;
-        };
-        if line.starts_with("    ") {
-            // A provider of the virtual package on the line before.
-            if let Some(Alternative::Virtual(providers)) = group.last_mut() {
-                providers.push(strip_arch(line.trim()).to_string());
-            } else if let Some(Alternative::Virtual(providers)) = out
-                .get_mut(pkg)
-                .and_then(|g| g.last_mut())
-                .and_then(|g| g.last_mut())
-            {
-                providers.push(strip_arch(line.trim()).to_string());
-            }
-            continue;
-        }
-        let or_next = line.starts_with(" |");
-        let body = line.trim_start_matches([' ', '|']);
-        let Some((kind, dep)) = body.split_once(": ") else {
-            continue;
-        };
-        if kind != "Depends" && kind != "PreDepends" {
-            continue;
-        }
-        let dep = dep.trim();
-        let alt = match dep.strip_prefix('<').and_then(|d| d.strip_suffix('>')) {
-            Some(_) => Alternative::Virtual(Vec::new()),
-            None => Alternative::Package(strip_arch(dep).to_string()),
-        };
-        if !group_open {
-            group.clear();
-        }
-        group.push(alt);
-        group_open = or_next;
-        if !or_next {
-            out.get_mut(pkg)
-                .expect("entry made above")
-                .push(std::mem::take(&mut group));
-        }
-    }
-    out
-}
-
-/// Picks the package that satisfies a dependency: the first alternative, or the first provider
-/// of a virtual one. `None` when an excluded package satisfies it (or nothing can).
-fn choose(group: &[Alternative]) -> Option<&str> {
-    for alt in group {
-        match alt {
-            Alternative::Package(p) if excluded(p) => return None,
-            Alternative::Package(p) => return Some(p),
-            Alternative::Virtual(providers) => {
-                if providers.iter().any(|p| excluded(p)) {
-                    return None;
-                }
-                if let Some(p) = providers.first() {
-                    return Some(p);
-                }
-            }
-        }
-    }
-    None
-}
-
-/// The dependency closure of `roots` (Depends and PreDepends, no Recommends), without the
-/// excluded packages. One `apt-cache depends --recurse` gives the whole graph (through the
-/// excluded packages too, which we then do not follow).
-pub fn resolve_packages(roots: &[&str]) -> Result<BTreeSet<String>> {
-    let out = run(Command::new("apt-cache")
-        .args([
-            "depends",
-            "--recurse",
-            "--no-recommends",
-            "--no-suggests",
-            "--no-conflicts",
-            "--no-breaks",
-            "--no-replaces",
-            "--no-enhances",
-        ])
-        .args(roots))?;
-    let graph = parse_apt_depends(&String::from_utf8_lossy(&out));
-    Ok(closure(roots, &graph))
-}
-
-fn closure(roots: &[&str], graph: &BTreeMap<String, Vec<Vec<Alternative>>>) -> BTreeSet<String> {
-    let mut seen: BTreeSet<String> = roots.iter().map(|s| s.to_string()).collect();
-    let mut queue: Vec<String> = seen.iter().cloned().collect();
-    while let Some(pkg) = queue.pop() {
-        for group in graph.get(&pkg).map(Vec::as_slice).unwrap_or_default() {
-            if let Some(p) = choose(group)
-                && seen.insert(p.to_string())
-            {
-                queue.push(p.to_string());
-            }
-        }
-    }
-    seen
-}
-
-/// The candidate versions of `packages`, from `apt-cache show`.
-fn candidates(packages: &BTreeSet<String>) -> Result<Vec<DebPackage>> {
-    let out = run(Command::new("apt-cache")
-        .args(["show", "--no-all-versions"])
-        .args(packages))?;
-    let text = String::from_utf8_lossy(&out);
-    let mut found = Vec::new();
-    for para in text.split("\n\n") {
-        let mut fields = BTreeMap::new();
-        for line in para.lines() {
-            if let Some((k, v)) = line.split_once(": ")
-                && !line.starts_with(' ')
-            {
-                fields.insert(k, v.trim());
-            }
-        }
-        let (Some(name), Some(version), Some(arch), Some(sha)) = (
-            fields.get("Package"),
-            fields.get("Version"),
-            fields.get("Architecture"),
-            fields.get("SHA256"),
-        ) else {
-            continue;
-        };
-        found.push(DebPackage {
-            name: name.to_string(),
-            version: version.to_string(),
-            architecture: arch.to_string(),
-            sha256: sha.to_string(),
-        });
-    }
-    for p in packages {
-        if !found.iter().any(|d| &d.name == p) {
-            return Err(Error::Invalid(format!(
-                "apt knows no candidate for {p} (run apt-get update)"
-            )));
-        }
-    }
-    Ok(found)
-}
-
-fn file_sha256(path: &Path) -> Result<String> {
-    let mut f = File::open(path).ctx(|| format!("opening {}", path.display()))?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h).ctx(|| format!("reading {}", path.display()))?;
-    Ok(format!("{:x}", h.finalize()))
-}
-
-/// Makes sure every package is in the cache directory, downloading what is missing with
-/// `apt-get download`, and checks each file's SHA-256 against apt's. Returns their paths.
-pub fn fetch_packages(packages: &[DebPackage], cache_dir: &Path) -> Result<Vec<PathBuf>> {
-    ensure_dir(cache_dir)?;
-    let mut missing = Vec::new();
-    for p in packages {
-        let path = cache_dir.join(p.file_name());
-        if !path.exists() || file_sha256(&path)? != p.sha256 {
-            missing.push(format!("{}={}", p.name, p.version));
-        }
-    }
-    if !missing.is_empty() {
-        tracing::info!(count = missing.len(), dir = %cache_dir.display(), "downloading Debian packages");
-        run(Command::new("apt-get")
-            .args(["download", "-q"])
-            .args(&missing)
-            .current_dir(cache_dir))?;
-    }
-    let mut paths = Vec::new();
-    for p in packages {
-        let path = cache_dir.join(p.file_name());
-        let got = file_sha256(&path)?;
-        if got != p.sha256 {
-            return Err(Error::Invalid(format!(
-                "{}: sha256 {got}, apt says {}",
-                path.display(),
-                p.sha256
-            )));
-        }
-        paths.push(path);
-    }
-    Ok(paths)
+    Ok((tree, config, format!("{source}, {applets} applets")))
 }
 
 /// Where a path of a Debian package goes in the image: merged /usr as in Debian 12
@@ -573,10 +362,11 @@ fn python_path(rel: &str) -> Option<String> {
 }
 
 fn python_tree(opts: &BuildOptions, scratch: &Path) -> Result<Built> {
-    let names = resolve_packages(PYTHON_PACKAGES)?;
-    let packages = candidates(&names)?;
+    let apt = Apt::host();
+    let names = apt.resolve(PYTHON_PACKAGES, &excluded)?;
+    let packages = apt.candidates(&names)?;
     tracing::info!(packages = ?packages.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), "python image packages");
-    let debs = fetch_packages(&packages, &opts.cache_dir)?;
+    let debs = apt.fetch(&packages, &opts.cache_dir)?;
     let root = scratch.join("rootfs");
     ensure_dir(&root)?;
     // A few dpkg-deb at a time: each is mostly waiting on xz.
@@ -641,41 +431,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_apt_cache_depends() {
-        let text = "\
-python3.11
-  Depends: python3.11-minimal
- |Depends: media-types
-  Depends: mime-support
-  PreDepends: libc6:any
-tzdata
- |Depends: debconf
-  Depends: <debconf-2.0>
-    cdebconf
-    debconf
-libfoo
-  Depends: <virt>
-    provider-a
-  Recommends: ignored
-";
-        let deps = parse_apt_depends(text);
-        let py = &deps["python3.11"];
-        assert_eq!(py.len(), 3);
-        assert_eq!(choose(&py[0]), Some("python3.11-minimal"));
-        assert_eq!(choose(&py[1]), Some("media-types"));
-        assert_eq!(choose(&py[2]), Some("libc6"));
-        assert_eq!(choose(&deps["tzdata"][0]), None, "debconf is left out");
-        assert_eq!(choose(&deps["libfoo"][0]), Some("provider-a"));
-        assert_eq!(deps["libfoo"].len(), 1);
-        // The closure follows the first choices and stops at excluded packages.
-        let graph = parse_apt_depends(
-            "a\n  Depends: b\n |Depends: c\n  Depends: d\nb\n  Depends: dpkg\ndpkg\n  Depends: e\nd\n",
-        );
-        let got: Vec<String> = closure(&["a"], &graph).into_iter().collect();
-        assert_eq!(got, ["a", "b", "c"]);
-    }
-
-    #[test]
     fn python_paths_are_usr_merged() {
         assert_eq!(python_path("lib").as_deref(), Some("usr/lib"));
         assert_eq!(
@@ -691,17 +446,6 @@ libfoo
         assert_eq!(python_path("usr/share/doc/libc6/changelog.gz"), None);
         assert!(python_path("usr/share/doc/libc6/copyright").is_some());
         assert!(python_path("usr/share/doc/libc6").is_some());
-    }
-
-    #[test]
-    fn deb_file_names_encode_epochs() {
-        let p = DebPackage {
-            name: "libfoo".into(),
-            version: "1:2.3-4".into(),
-            architecture: "amd64".into(),
-            sha256: String::new(),
-        };
-        assert_eq!(p.file_name(), "libfoo_1%3a2.3-4_amd64.deb");
     }
 
     #[test]
@@ -727,8 +471,13 @@ libfoo
         for kind in kinds {
             let a = tempfile::tempdir().unwrap();
             let b = tempfile::tempdir().unwrap();
-            let x = build(kind, &BuildOptions::new(a.path())).unwrap();
-            let y = build(kind, &BuildOptions::new(b.path().join("elsewhere"))).unwrap();
+            // The host's busybox: this test needs no network.
+            let opts = |dir: &Path| BuildOptions {
+                busybox: have_busybox.then(|| PathBuf::from("/bin/busybox")),
+                ..BuildOptions::new(dir)
+            };
+            let x = build(kind, &opts(a.path())).unwrap();
+            let y = build(kind, &opts(&b.path().join("elsewhere"))).unwrap();
             assert_eq!(x.image.manifest.digest, y.image.manifest.digest, "{kind}");
             assert_eq!(
                 std::fs::read(&x.image.path).unwrap(),

@@ -2,9 +2,13 @@
 //! machine (`build`), and import them into containerd through its gRPC API (`import`) so that
 //! the CRI plugin runs containers from them without ever pulling.
 
+pub mod apt;
 pub mod build;
 pub mod import;
 pub mod oci;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 pub use build::{BuildOptions, BuiltImage, ImageKind};
 pub use import::{ImportOptions, ImportedImage, import_archive, import_dir};
@@ -64,4 +68,32 @@ pub(crate) fn grpc(context: impl Into<String>) -> impl FnOnce(tonic::Status) -> 
         context,
         source: Box::new(source),
     }
+}
+
+pub(crate) fn ensure_dir(dir: &Path) -> Result<&Path> {
+    std::fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Runs a command and returns its standard output; a failure carries its standard error.
+pub(crate) fn run(cmd: &mut Command) -> Result<Vec<u8>> {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::Command {
+            command: shown.clone(),
+            detail: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(Error::Command {
+            command: shown,
+            detail: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(out.stdout)
 }
