@@ -21,6 +21,7 @@ use minik8s_api::registry::built_in;
 use minik8s_api::strategy::{BuiltIn, Kind};
 use schemars::JsonSchema;
 
+use crate::admission::serviceaccount::{self, ServiceAccountAdmission};
 use crate::handlers::namespaces::NamespaceExtension;
 use crate::handlers::openapi::KindSchema;
 use crate::handlers::pods::PodExtension;
@@ -33,26 +34,38 @@ fn endpoint<K: Kind>(
     group: &str,
     plural: &str,
 ) -> ResourceEndpoint<BuiltIn<K>> {
-    let info = built_in()
-        .into_iter()
-        .find(|r| r.group == group && r.plural == plural)
-        .unwrap_or_else(|| panic!("{plural}.{group} is missing from the resource table"));
-    let registry = Arc::new(GenericRegistry::new(
-        BuiltIn::<K>::new(info),
-        server.store.clone(),
-    ));
-    ResourceEndpoint::new(registry, server.options.clone())
+    ResourceEndpoint::new(
+        Arc::new(registry::<K>(server, group, plural)),
+        server.options.clone(),
+    )
 }
 
 /// Services allocate cluster IPs and node ports as they are written.
 fn services(server: &ApiServer) -> ResourceEndpoint<BuiltIn<Service>> {
+    let registry = registry::<Service>(server, "", "services").with_hooks(server.services.clone());
+    ResourceEndpoint::new(Arc::new(registry), server.options.clone())
+}
+
+fn registry<K: Kind>(server: &ApiServer, group: &str, plural: &str) -> GenericRegistry<BuiltIn<K>> {
     let info = built_in()
         .into_iter()
-        .find(|r| r.group.is_empty() && r.plural == "services")
-        .expect("services are in the resource table");
-    let registry = GenericRegistry::new(BuiltIn::<Service>::new(info), server.store.clone())
-        .with_hooks(server.services.clone());
-    ResourceEndpoint::new(Arc::new(registry), server.options.clone())
+        .find(|r| r.group == group && r.plural == plural)
+        .unwrap_or_else(|| panic!("{plural}.{group} is missing from the resource table"));
+    GenericRegistry::new(BuiltIn::<K>::new(info), server.store.clone())
+}
+
+/// Pods pass the admission plugins that read other objects.
+fn pods(server: &ApiServer) -> ResourceEndpoint<BuiltIn<Pod>> {
+    let mut pods = registry::<Pod>(server, "", "pods");
+    if server
+        .options
+        .admission
+        .enabled(serviceaccount::PLUGIN_NAME)
+    {
+        let accounts = Arc::new(registry::<ServiceAccount>(server, "", "serviceaccounts"));
+        pods = pods.with_admission(Arc::new(ServiceAccountAdmission::new(accounts)));
+    }
+    ResourceEndpoint::new(Arc::new(pods), server.options.clone())
 }
 
 pub fn register(server: &ApiServer) {
@@ -66,10 +79,7 @@ pub fn register(server: &ApiServer) {
         endpoint::<Namespace>(server, "", "namespaces")
             .with_extension(Arc::new(NamespaceExtension)),
     );
-    add(
-        server,
-        endpoint::<Pod>(server, "", "pods").with_extension(Arc::new(PodExtension)),
-    );
+    add(server, pods(server).with_extension(Arc::new(PodExtension)));
     add(server, services(server));
     add(server, endpoint::<Endpoints>(server, "", "endpoints"));
     add(server, endpoint::<ConfigMap>(server, "", "configmaps"));

@@ -4,6 +4,7 @@
 //! resource shares; `handlers` speaks HTTP; `server` and `serve` wire it up. `router` builds
 //! the whole HTTP API so tests can drive it without a socket.
 
+pub mod admission;
 pub mod auth;
 pub mod builtin;
 pub mod fieldmanager;

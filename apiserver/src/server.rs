@@ -65,6 +65,9 @@ pub struct ApiServer {
     /// Services' cluster IPs and node ports.
     pub services: Arc<ServiceAllocator>,
     endpoints: RwLock<Endpoints>,
+    /// Set when the process starts shutting down: readyz fails from then on, so load
+    /// balancers stop sending new work while requests in flight finish.
+    shutting_down: std::sync::atomic::AtomicBool,
 }
 
 impl ApiServer {
@@ -90,10 +93,22 @@ impl ApiServer {
             openapi: OpenApi::new(),
             kubelet: std::sync::OnceLock::new(),
             endpoints: RwLock::new(BTreeMap::new()),
+            shutting_down: Default::default(),
         });
         builtin::register(&server);
         crate::handlers::metrics_api::register(&server);
         server
+    }
+
+    /// Marks the server as shutting down (readyz's `shutdown` check fails from now on).
+    pub fn begin_shutdown(&self) {
+        self.shutting_down
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn register(&self, endpoint: Arc<dyn Endpoint>) {
@@ -233,6 +248,9 @@ pub struct Config {
     pub advertise_address: Option<IpAddr>,
     pub etcd_servers: Vec<String>,
     pub token_auth_file: Option<PathBuf>,
+    /// Pod-bound tokens asked for 3607 s live a year (kube-apiserver's
+    /// `--service-account-extend-token-expiration`).
+    pub service_account_extend_token_expiration: bool,
     pub service_cluster_ip_range: String,
     pub service_node_port_range: String,
     pub compaction_interval: Duration,
@@ -248,6 +266,7 @@ impl Config {
             advertise_address: None,
             etcd_servers: Vec::new(),
             token_auth_file: None,
+            service_account_extend_token_expiration: true,
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: "30000-32767".into(),
             compaction_interval: Duration::from_secs(300),
@@ -379,12 +398,9 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
     serve.service_ranges = ranges;
     let server = ApiServer::new(store, metrics, auth, serve, address);
     let signer = crate::serviceaccount::TokenSigner::load_or_create(&pki.dir.join("sa.key"))?;
-    server
-        .auth
-        .set_service_accounts(Arc::new(crate::serviceaccount::ServiceAccountTokens::new(
-            signer,
-            &server.store,
-        )));
+    let mut tokens = crate::serviceaccount::ServiceAccountTokens::new(signer, &server.store);
+    tokens.extend_expiration = config.service_account_extend_token_expiration;
+    server.auth.set_service_accounts(Arc::new(tokens));
     // The identity the API server presents to kubelets.
     let kubelet_client = pki.client(
         "apiserver-kubelet-client",

@@ -23,6 +23,15 @@ use crate::storage::DynStore;
 /// The issuer (and default audience) kubeadm clusters use.
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
+/// Upstream's `ExpirationExtensionSeconds`: a year, the lifetime the server gives the tokens
+/// ServiceAccount admission's projection asks for (see [`WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS`]),
+/// so clients that never reread the file keep working; `warnafter` records when they
+/// should have.
+pub const EXPIRATION_EXTENSION_SECONDS: i64 = 24 * 365 * 60 * 60;
+/// Upstream's `WarnOnlyBoundTokenExpirationSeconds`: an hour and seven seconds, a lifetime no
+/// client asks for by itself, so the server can tell the admission-made projection apart.
+pub const WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS: i64 = 60 * 60 + 7;
+
 /// go-jose's default leeway for `exp` and `nbf`, in seconds.
 const LEEWAY: i64 = 60;
 
@@ -72,6 +81,9 @@ pub struct KubernetesClaims {
     pub secret: Option<Ref>,
     #[serde(default)]
     pub serviceaccount: Ref,
+    /// When a token whose lifetime the server extended should have been replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warnafter: Option<i64>,
 }
 
 /// `aud` is a string or a list of strings.
@@ -301,6 +313,7 @@ pub fn claims(
             pod: bound.pod.as_ref().map(|p| reference(&p.metadata)),
             secret: bound.secret.as_ref().map(|s| reference(&s.metadata)),
             serviceaccount: reference(&sa.metadata),
+            warnafter: None,
         },
         nbf: now,
         sub: username(&namespace, &name),
@@ -314,6 +327,8 @@ pub struct ServiceAccountTokens {
     pub pods: GenericRegistry<BuiltIn<Pod>>,
     pub secrets: GenericRegistry<BuiltIn<Secret>>,
     pub nodes: GenericRegistry<BuiltIn<Node>>,
+    /// `--service-account-extend-token-expiration`.
+    pub extend_expiration: bool,
 }
 
 fn registry<K: minik8s_api::strategy::Kind>(
@@ -350,6 +365,7 @@ impl ServiceAccountTokens {
             pods: registry(store, "pods"),
             secrets: registry(store, "secrets"),
             nodes: registry(store, "nodes"),
+            extend_expiration: true,
         }
     }
 

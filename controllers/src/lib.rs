@@ -18,6 +18,7 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
 pub mod replicaset;
+pub mod rootcacertpublisher;
 pub mod scheduler;
 pub mod serviceaccount;
 pub mod tainteviction;

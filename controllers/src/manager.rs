@@ -16,6 +16,8 @@ pub struct ControllerManagerOptions {
     pub leader_elect: bool,
     /// `--cluster-cidr` and `--node-cidr-mask-size` of the node IPAM controller.
     pub node_ipam: crate::nodeipam::NodeIpamConfig,
+    /// The contents of `--root-ca-file`: the CA bundle published in every namespace.
+    pub root_ca: Option<String>,
 }
 
 impl Default for ControllerManagerOptions {
@@ -24,6 +26,7 @@ impl Default for ControllerManagerOptions {
             controllers: vec!["*".into()],
             leader_elect: true,
             node_ipam: Default::default(),
+            root_ca: None,
         }
     }
 }
@@ -81,8 +84,9 @@ fn controllers() -> Vec<(&'static str, Starter)> {
     ]
 }
 
-/// Started apart from `controllers()` because it takes flags.
+/// Started apart from `controllers()` because they take flags.
 const NODE_IPAM: &str = "node-ipam-controller";
+const ROOT_CA_PUBLISHER: &str = "root-ca-certificate-publisher-controller";
 
 async fn node_ipam(client: Client, config: crate::nodeipam::NodeIpamConfig) {
     if let Err(e) = crate::nodeipam::run(client, config).await {
@@ -102,6 +106,19 @@ pub async fn run_controllers(client: Client, options: &ControllerManagerOptions)
     if options.enabled(NODE_IPAM) {
         tracing::info!(controller = NODE_IPAM, "starting controller");
         set.spawn(node_ipam(client.clone(), options.node_ipam.clone()));
+    }
+    if options.enabled(ROOT_CA_PUBLISHER) {
+        // As upstream, it runs only when there is a CA to publish.
+        match &options.root_ca {
+            Some(ca) => {
+                tracing::info!(controller = ROOT_CA_PUBLISHER, "starting controller");
+                set.spawn(crate::rootcacertpublisher::run(client.clone(), ca.clone()));
+            }
+            None => tracing::info!(
+                controller = ROOT_CA_PUBLISHER,
+                "not starting: no --root-ca-file"
+            ),
+        }
     }
     while let Some(done) = set.join_next().await {
         if let Err(e) = done {

@@ -13,6 +13,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use minik8s_kubelet::volumes::{Plugin, VolumeError, VolumeManager, read_termination_message};
 use serde_json::json;
+use testkit::jwt_claims as claims;
 use testkit::{Backend, InProcess};
 
 struct Env {
@@ -380,7 +381,7 @@ async fn missing_sources_fail_with_upstreams_messages() {
         }
     );
 
-    // Service account tokens are refused clearly for now.
+    // A token for an account that does not exist.
     let token = pod(
         "uid-5",
         json!([{"name": "kube-api-access", "projected": {"sources": [
@@ -388,10 +389,9 @@ async fn missing_sources_fail_with_upstreams_messages() {
         container(json!([])),
     );
     let err = env.vm.setup(&token).await.unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("serviceAccountToken projection (path \"token\") is not supported"),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        "MountVolume.SetUp failed for volume \"kube-api-access\" : failed to fetch token: serviceaccounts \"default\" not found"
     );
     assert!(mounts_under(&env.vm.pod_dir("uid-5")).is_empty());
 
@@ -845,4 +845,98 @@ async fn a_running_container_sees_volumes_and_updates() {
     drop(ctr);
     env.vm.teardown("uid-9").await.unwrap();
     assert!(!env.vm.pod_dir("uid-9").exists());
+}
+
+/// What ServiceAccount admission mounts: a token bound to the pod from TokenRequest, the
+/// cluster CA and the namespace, in one projected volume; the token is kept, not asked for
+/// again on every refresh.
+#[tokio::test]
+async fn service_account_token_projection() {
+    let env = Env::start().await;
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(env.client.clone(), "default");
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    env.config_map("kube-root-ca.crt", json!({"ca.crt": "PEM"}))
+        .await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    let projected = json!({"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+        {"serviceAccountToken": {"path": "vault-token", "audience": "vault", "expirationSeconds": 7200}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}});
+    let spec = |fs_group: Option<i64>| {
+        json!({"serviceAccountName": "robot",
+               "securityContext": fs_group.map(|g| json!({"fsGroup": g})).unwrap_or(json!({})),
+               "containers": [{"name": "app", "image": "busybox"}],
+               "volumes": [projected.clone()]})
+    };
+    let p = pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "tok"}, "spec": spec(None)}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let uid = p.metadata.uid.clone().unwrap();
+    let vols = env.vm.setup(&p).await.unwrap();
+    let dir = vols.get("kube-api-access-abcde").unwrap().path.clone();
+    assert_eq!(fstype(&dir).as_deref(), Some("tmpfs"));
+    let token = read(&dir.join("token"));
+    let c = claims(&token);
+    assert_eq!(c["sub"], "system:serviceaccount:default:robot");
+    assert_eq!(c["kubernetes.io"]["pod"]["name"], "tok");
+    assert_eq!(c["kubernetes.io"]["pod"]["uid"], uid.as_str());
+    assert_eq!(
+        c["aud"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    assert_eq!(
+        c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap(),
+        3600
+    );
+    assert_eq!(mode(&dir.join("..data/token")), 0o644);
+    let vault = claims(&read(&dir.join("vault-token")));
+    assert_eq!(vault["aud"], json!(["vault"]));
+    assert_eq!(
+        vault["exp"].as_i64().unwrap() - vault["iat"].as_i64().unwrap(),
+        7200
+    );
+    assert_eq!(read(&dir.join("ca.crt")), "PEM");
+    assert_eq!(read(&dir.join("namespace")), "default");
+
+    // The periodic refresh keeps a fresh token: the file is not rewritten.
+    let version = data_dir(&dir);
+    env.vm.refresh(&p).await.unwrap();
+    assert_eq!(data_dir(&dir), version);
+    assert_eq!(read(&dir.join("token")), token);
+    env.vm.teardown(&uid).await.unwrap();
+
+    // With an fsGroup only the owner (and, through the group, the pod) reads the token.
+    let p = pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "tok2"}, "spec": spec(Some(2000))}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let vols = env.vm.setup(&p).await.unwrap();
+    let dir = vols.get("kube-api-access-abcde").unwrap().path.clone();
+    let file = dir.join("..data/token");
+    assert_eq!(mode(&file) & 0o077, 0o040, "{:o}", mode(&file));
+    assert_eq!(fs::metadata(&file).unwrap().gid(), 2000);
+    env.vm
+        .teardown(p.metadata.uid.as_deref().unwrap())
+        .await
+        .unwrap();
 }

@@ -22,15 +22,27 @@ pub struct ControllerManagerArgs {
     /// Take the `kube-controller-manager` Lease before acting.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
+    /// The CA bundle published in every namespace as the `kube-root-ca.crt` ConfigMap
+    /// (`server` publishes its own CA without it).
+    #[arg(long)]
+    pub root_ca_file: Option<PathBuf>,
 }
 
 impl ControllerManagerArgs {
-    pub fn options(&self) -> ControllerManagerOptions {
-        ControllerManagerOptions {
+    pub fn options(&self) -> anyhow::Result<ControllerManagerOptions> {
+        let root_ca = match &self.root_ca_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("--root-ca-file: reading {}", path.display()))?,
+            ),
+            None => None,
+        };
+        Ok(ControllerManagerOptions {
             controllers: self.controllers.clone(),
             leader_elect: self.leader_elect,
+            root_ca,
             ..Default::default()
-        }
+        })
     }
 }
 
@@ -161,7 +173,7 @@ pub async fn run_controller_manager(
     args: ControllerManagerArgs,
 ) -> anyhow::Result<()> {
     let client = client.client().await?;
-    minik8s_controllers::manager::run(client, args.options(), crate::shutdown_signal()).await;
+    minik8s_controllers::manager::run(client, args.options()?, crate::shutdown_signal()).await;
     Ok(())
 }
 

@@ -101,9 +101,13 @@ struct ImageBuildArgs {
     /// Where downloaded Debian packages are cached [default: <out>/cache].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
-    /// A static busybox to build the busybox image from.
-    #[arg(long, default_value = "/bin/busybox")]
-    busybox: PathBuf,
+    /// A static busybox to build the busybox image from [default: Debian 13's busybox-static,
+    /// fetched with apt into the cache directory].
+    #[arg(long)]
+    busybox: Option<PathBuf>,
+    /// The Debian mirror Debian 13's packages come from.
+    #[arg(long, default_value = minik8s_kubelet::images::apt::DEFAULT_MIRROR)]
+    debian_mirror: String,
     /// The images to build.
     #[arg(value_enum, default_value = "all")]
     images: Vec<ImageName>,
@@ -142,6 +146,10 @@ struct ServerArgs {
     /// CSV of `token,user,uid,"group1,group2"` for bearer-token authentication.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Pod-bound tokens asked for 3607 s (the ServiceAccount admission's projection) live a
+    /// year, with a `warnafter` claim at the hour.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    service_account_extend_token_expiration: bool,
     #[arg(long, default_value = "10.96.0.0/12")]
     service_cluster_ip_range: String,
     /// Node ports of NodePort and LoadBalancer Services: `first-last`, both included.
@@ -150,6 +158,9 @@ struct ServerArgs {
     /// How often history older than one interval is compacted away.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     etcd_compaction_interval: Duration,
+    /// Admission plugins to turn off (kube-apiserver's flag): ServiceAccount.
+    #[arg(long, value_delimiter = ',', value_parser = admission_plugin)]
+    disable_admission_plugins: Vec<String>,
     /// Watches without timeoutSeconds last between this and twice this.
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     min_request_timeout: Duration,
@@ -209,6 +220,19 @@ struct ServerArgs {
     ingress_bind_address: std::net::SocketAddr,
 }
 
+/// A name from the server's admission plugins.
+fn admission_plugin(s: &str) -> Result<String, String> {
+    use minik8s_apiserver::admission::AdmissionOptions;
+    if AdmissionOptions::PLUGINS.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "admission plugin {s:?} is unknown (known: {})",
+            AdmissionOptions::PLUGINS.join(", ")
+        ))
+    }
+}
+
 /// `300ms`, `10s`, `5m`, `1h`, or plain seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s
@@ -237,12 +261,16 @@ impl ServerArgs {
         c.advertise_address = self.advertise_address;
         c.etcd_servers = self.etcd_servers.clone();
         c.token_auth_file = self.token_auth_file.clone();
+        c.service_account_extend_token_expiration = self.service_account_extend_token_expiration;
         c.service_cluster_ip_range = self.service_cluster_ip_range.clone();
         c.service_node_port_range = self.service_node_port_range.clone();
         c.compaction_interval = self.etcd_compaction_interval;
         c.serve = ServeOptions {
             bookmark_interval: self.watch_bookmark_interval,
             min_request_timeout: self.min_request_timeout,
+            admission: minik8s_apiserver::admission::AdmissionOptions {
+                disabled: self.disable_admission_plugins.clone(),
+            },
             ..Default::default()
         };
         c
@@ -290,7 +318,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
         let node_ipam_here = !args.disable_controller_manager
             && args
                 .controller_manager
-                .options()
+                .options()?
                 .enabled("node-ipam-controller");
         let mut agent_args = args.agent.clone();
         agent_args.pod_cidr = agent::standalone_pod_cidr(&args.agent, node_ipam_here);
@@ -382,14 +410,17 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
         }
     }
     let (stop_controllers, controllers_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut options = args.controller_manager.options()?;
+    if options.root_ca.is_none() {
+        options.root_ca = Some(prepared.pki.ca.cert_pem.clone());
+    }
+    // The node agent's --cluster-cidr is the range the node IPAM controller splits.
+    options.node_ipam.cluster_cidr = args.agent.cluster_cidr.clone();
     let controllers = (with_agent && !args.disable_controller_manager).then(|| {
         let client = control::local_client(
             minik8s_apiserver::router(prepared.server.clone()),
             control::controller_manager_user(),
         );
-        let mut options = args.controller_manager.options();
-        // The node agent's --cluster-cidr is the range the node IPAM controller splits.
-        options.node_ipam.cluster_cidr = args.agent.cluster_cidr.clone();
         tokio::spawn(minik8s_controllers::manager::run(client, options, async {
             let _ = controllers_stopped.await;
         }))
@@ -409,6 +440,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
         ))
     });
     shutdown_signal().await;
+    prepared.server.begin_shutdown();
     let _ = stop_controllers.send(());
     let _ = stop_scheduler.send(());
     if let Some(c) = controllers {
@@ -436,6 +468,7 @@ fn build_images(args: ImageBuildArgs) -> anyhow::Result<()> {
         opts.cache_dir = cache;
     }
     opts.busybox = args.busybox;
+    opts.debian_mirror = args.debian_mirror;
     let mut kinds: Vec<ImageKind> = Vec::new();
     for name in args.images {
         let add: &[ImageKind] = match name {

@@ -15,8 +15,18 @@ use testkit::{eventually, free_port, kube_client};
 const WRITERS: usize = 32;
 const ROUNDS: usize = 4;
 
-fn start(data_dir: &Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_minik8s"))
+/// The server process; killed when dropped, so a failed assertion leaves none behind.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(data_dir: &Path, port: u16) -> Server {
+    let child = Command::new(env!("CARGO_BIN_EXE_minik8s"))
         .args([
             "server",
             "--data-dir",
@@ -34,7 +44,8 @@ fn start(data_dir: &Path, port: u16) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("start minik8s")
+        .expect("start minik8s");
+    Server(child)
 }
 
 async fn ready(data_dir: &Path) -> kube::Client {
@@ -51,8 +62,10 @@ type Acked = Arc<Mutex<BTreeMap<String, (i64, u64)>>>;
 
 async fn writer(api: Api<ConfigMap>, round: usize, id: usize, acked: Acked) {
     let name = format!("r{round}-w{id}");
-    let cm: ConfigMap =
-        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"n": "0"}})).unwrap();
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"test": "crash"}}, "data": {"n": "0"}}),
+    )
+    .unwrap();
     let Ok(created) = api.create(&PostParams::default(), &cm).await else {
         return;
     };
@@ -82,7 +95,11 @@ async fn acknowledged_writes_survive_sigkill() {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
         // Everything acknowledged in earlier rounds is still there, unchanged or newer.
-        let list = api.list(&ListParams::default()).await.unwrap();
+        // (The namespace holds the cluster's own ConfigMaps too, such as kube-root-ca.crt.)
+        let list = api
+            .list(&ListParams::default().labels("test=crash"))
+            .await
+            .unwrap();
         let stored: BTreeMap<String, (i64, u64)> = list
             .items
             .iter()
@@ -127,8 +144,8 @@ async fn acknowledged_writes_survive_sigkill() {
             async move { (count >= 400).then_some(()) }
         })
         .await;
-        server.kill().expect("SIGKILL");
-        server.wait().unwrap();
+        server.0.kill().expect("SIGKILL");
+        server.0.wait().unwrap();
         for t in tasks {
             t.await.unwrap();
         }
@@ -146,7 +163,10 @@ async fn acknowledged_writes_survive_sigkill() {
     let mut server = start(dir.path(), free_port());
     let client = ready(dir.path()).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
-    let list = api.list(&ListParams::default()).await.unwrap();
+    let list = api
+        .list(&ListParams::default().labels("test=crash"))
+        .await
+        .unwrap();
     assert!(list.items.len() >= all.len());
     for (name, (_, n)) in &all {
         let c = list
@@ -168,6 +188,6 @@ async fn acknowledged_writes_survive_sigkill() {
             .unwrap()
             > highest_acked
     );
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
 }

@@ -129,10 +129,15 @@ pub enum Backend {
     Etcd,
 }
 
-/// Options of test servers that differ from production defaults.
+/// Options of test servers that differ from production defaults. As upstream's integration
+/// test servers, they run without ServiceAccount admission: nothing creates the `default`
+/// accounts a pod would need (tests of that plugin turn it back on).
 pub fn test_serve_options() -> ServeOptions {
     ServeOptions {
         bookmark_interval: Duration::from_millis(200),
+        admission: minik8s_apiserver::admission::AdmissionOptions {
+            disabled: vec!["ServiceAccount".into()],
+        },
         ..Default::default()
     }
 }
@@ -299,9 +304,23 @@ impl InProcess {
         if let Some(ct) = content_type {
             req = req.header(http::header::CONTENT_TYPE, ct);
         }
-        let mut req = req
+        let req = req
             .body(axum::body::Body::from(body.into()))
             .expect("request");
+        self.send(req).await
+    }
+
+    /// A GET that asks for `accept` (aggregated discovery, Table, protobuf).
+    pub async fn get_accepting(&self, path: &str, accept: &str) -> Reply {
+        let req = Request::get(path)
+            .header(http::header::ACCEPT, accept)
+            .body(axum::body::Body::empty())
+            .expect("request");
+        self.send(req).await
+    }
+
+    /// Sends `req` as the admin.
+    pub async fn send(&self, mut req: Request<axum::body::Body>) -> Reply {
         req.extensions_mut().insert(ClientCertIdentity(admin()));
         let resp = self
             .router
@@ -360,4 +379,14 @@ impl InProcess {
         });
         kube::Client::new(service, "default")
     }
+}
+
+/// The claims of a JWT (a service-account token), unverified: its middle part decoded.
+pub fn jwt_claims(token: &str) -> serde_json::Value {
+    use base64::Engine;
+    let body = token.split('.').nth(1).expect("a JWT has three parts");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(body)
+        .expect("the claims are base64url");
+    serde_json::from_slice(&bytes).expect("the claims are JSON")
 }

@@ -13,10 +13,10 @@ use http::{HeaderMap, StatusCode, header};
 use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, ObjectMeta};
 use minik8s_api::patch::schema::Schema;
-use minik8s_api::patch::strategic;
+use minik8s_api::patch::{gozero, strategic};
 use minik8s_api::selector::{FieldSelector, Selector};
 use minik8s_api::strategy::Strategy;
-use minik8s_api::validation::{FieldError, Path};
+use minik8s_api::validation::{ErrorKind, FieldError, Path};
 use minik8s_api::{ApiError, ResourceInfo, status};
 use rand::Rng;
 
@@ -72,7 +72,7 @@ impl ApiRequest {
         FieldValidation::parse(self.param("fieldValidation"))
     }
 
-    /// `dryRun=All` or nothing; anything else is refused as upstream does.
+    /// `dryRun=All` or nothing; anything else is a 422 about the verb's options.
     pub fn dry_run(&self) -> Result<bool, ApiError> {
         let values: Vec<&str> = self
             .query
@@ -80,15 +80,30 @@ impl ApiRequest {
             .filter(|(k, _)| k == "dryRun")
             .map(|(_, v)| v.as_str())
             .collect();
-        match values.as_slice() {
-            [] => Ok(false),
-            ["All"] => Ok(true),
-            other => Err(ApiError::bad_request(format!(
-                "dryRun: Unsupported value: {:?}: supported values: \"All\"",
-                other.join(",")
-            ))),
-        }
+        dry_run(&values, &self.target.verb)
     }
+}
+
+/// Upstream's `ValidateDryRun`: only `All`, as a 422 about the verb's options otherwise.
+fn dry_run(values: &[&str], verb: &Verb) -> Result<bool, ApiError> {
+    if values.iter().all(|v| *v == "All") {
+        return Ok(!values.is_empty());
+    }
+    let options = match verb {
+        Verb::Update => "UpdateOptions",
+        Verb::Patch => "PatchOptions",
+        Verb::Delete | Verb::DeleteCollection => "DeleteOptions",
+        _ => "CreateOptions",
+    };
+    // Go's %#v of a []string.
+    let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    let err = FieldError::new(
+        ErrorKind::NotSupported,
+        &Path::new("dryRun"),
+        Some(format!("[]string{{{}}}", quoted.join(", "))),
+        "supported values: \"All\"",
+    );
+    Err(ApiError::invalid(options, "meta.k8s.io", "", &[err]))
 }
 
 /// A served resource, as the router sees it.
@@ -119,6 +134,7 @@ pub struct ServeOptions {
     pub min_request_timeout: Duration,
     /// The ranges Services' cluster IPs and node ports come from.
     pub service_ranges: crate::registry::services::ServiceRanges,
+    pub admission: crate::admission::AdmissionOptions,
 }
 
 impl Default for ServeOptions {
@@ -128,6 +144,7 @@ impl Default for ServeOptions {
             bookmark_interval: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
             service_ranges: Default::default(),
+            admission: Default::default(),
         }
     }
 }
@@ -138,7 +155,7 @@ pub struct ResourceEndpoint<S: Strategy> {
     options: ServeOptions,
     /// The kind's OpenAPI schema, for strategic merge patch and server-side apply.
     schema: Option<KindSchema>,
-    types: OnceLock<Arc<KindTypes>>,
+    types: Arc<OnceLock<Arc<KindTypes>>>,
 }
 
 impl<S: Strategy> ResourceEndpoint<S> {
@@ -151,13 +168,23 @@ impl<S: Strategy> ResourceEndpoint<S> {
             extension: None,
             options,
             schema: None,
-            types: OnceLock::new(),
+            types: Arc::default(),
         }
     }
 
     /// Reads list and map types (and, for built-in types, patch strategies) from `schema`.
     /// Without one, strategic merge patch answers 415 and apply deduces types from values.
+    /// Built-in kinds' objects are also written with the zero values their Go types serialize.
     pub fn with_schema(mut self, schema: KindSchema) -> Self {
+        if matches!(schema, KindSchema::Typed(_)) {
+            let (types, info, kind_schema) =
+                (self.types.clone(), self.info().clone(), schema.clone());
+            let _ = self.registry.zero_values.set(Box::new(move |v| {
+                let types =
+                    types.get_or_init(|| Arc::new(KindTypes::build(&info, Some(&kind_schema))));
+                gozero::applies(&types.schema) && gozero::fill_zero_values(&types.schema, v)
+            }));
+        }
         self.schema = Some(schema);
         self
     }
@@ -810,11 +837,10 @@ pub fn field_selector(req: &ApiRequest) -> Result<FieldSelector, ApiError> {
 }
 
 fn delete_options(req: &ApiRequest) -> Result<DeleteOpts, ApiError> {
-    let mut opts = DeleteOpts {
-        dry_run: req.dry_run()?,
-        ..Default::default()
-    };
+    let mut opts = DeleteOpts::default();
+    // As upstream: options come from a body when there is one, else from the query.
     let body_opts: Option<DeleteOptions> = if req.body.iter().all(u8::is_ascii_whitespace) {
+        opts.dry_run = req.dry_run()?;
         None
     } else {
         let mut value = codec::parse_body(req.content_type(), &req.body, "DeleteOptions")?;
@@ -830,12 +856,8 @@ fn delete_options(req: &ApiRequest) -> Result<DeleteOpts, ApiError> {
     };
     let (grace, policy, orphan) = match &body_opts {
         Some(o) => {
-            if o.dry_run
-                .as_ref()
-                .is_some_and(|d| d.iter().any(|v| v == "All"))
-            {
-                opts.dry_run = true;
-            }
+            let values: Vec<&str> = o.dry_run.iter().flatten().map(String::as_str).collect();
+            opts.dry_run = dry_run(&values, &req.target.verb)?;
             opts.preconditions = o.preconditions.clone();
             (
                 o.grace_period_seconds,

@@ -186,14 +186,33 @@ impl ServiceAccountExtension {
             tr.spec.audiences = tokens.signer.audiences.clone();
         }
         let now = jiff::Timestamp::now().as_second();
-        let claims = serviceaccount::claims(
+        // The projection ServiceAccount admission adds asks for 3607 s: such pod-bound tokens
+        // for this server live a year, with `warnafter` at the hour (upstream's safe rollout
+        // of bound tokens). The response still says the hour.
+        let extend = tokens.extend_expiration
+            && bound.pod.is_some()
+            && expiration == serviceaccount::WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS
+            && tr
+                .spec
+                .audiences
+                .iter()
+                .all(|a| tokens.signer.audiences.contains(a));
+        let lifetime = if extend {
+            serviceaccount::EXPIRATION_EXTENSION_SECONDS
+        } else {
+            expiration
+        };
+        let mut claims = serviceaccount::claims(
             &tokens.signer.issuer,
             &sa,
             &bound,
-            expiration,
+            lifetime,
             &tr.spec.audiences,
             now,
         );
+        if extend {
+            claims.kubernetes.warnafter = Some(now + expiration);
+        }
         let token = tokens
             .signer
             .sign(&claims)
@@ -203,7 +222,7 @@ impl ServiceAccountExtension {
         tr.status = Some(TokenRequestStatus {
             token,
             expiration_timestamp: Time(
-                jiff::Timestamp::from_second(claims.exp)
+                jiff::Timestamp::from_second(now + expiration)
                     .map_err(|e| ApiError::internal(e.to_string()))?,
             ),
         });

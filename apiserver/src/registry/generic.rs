@@ -48,6 +48,14 @@ pub trait WriteHooks<O>: Send + Sync + 'static {
     fn removed(&self, obj: &O);
 }
 
+/// An admission plugin that must read other objects to decide (upstream's ServiceAccount
+/// admission looks up the pod's account). Runs on creates, after the kind's own mutating
+/// admission and before the write; it may change the object or refuse it.
+#[async_trait::async_trait]
+pub trait CreateAdmission<O>: Send + Sync + 'static {
+    async fn admit(&self, obj: &mut O, dry_run: bool) -> Result<(), ApiError>;
+}
+
 type Callback = Box<dyn FnOnce() + Send>;
 
 /// What a write reserved: `commit` once the write is stored; dropped uncommitted, it reverts.
@@ -154,7 +162,14 @@ pub struct GenericRegistry<S: Strategy> {
     /// Seen namespaces, for admission without a storage read (set once by the endpoint).
     pub namespaces: std::sync::OnceLock<Arc<super::namespaces::NamespaceCache>>,
     hooks: Option<Arc<dyn WriteHooks<S::Object>>>,
+    admission: Vec<Arc<dyn CreateAdmission<S::Object>>>,
+    /// Adds the fields upstream's Go types always serialize (`status: {replicas: 0}`), set
+    /// once by the endpoint of a built-in kind from its schema; `true` when it added any.
+    pub zero_values: std::sync::OnceLock<ZeroValues>,
 }
+
+/// See [`GenericRegistry::zero_values`].
+pub type ZeroValues = Box<dyn Fn(&mut serde_json::Value) -> bool + Send + Sync>;
 
 pub fn parse_rv(rv: &str) -> Result<Revision, ApiError> {
     rv.parse::<Revision>().map_err(|_| {
@@ -179,11 +194,18 @@ impl<S: Strategy> GenericRegistry<S> {
             root,
             namespaces: Default::default(),
             hooks: None,
+            admission: Vec::new(),
+            zero_values: Default::default(),
         }
     }
 
     pub fn with_hooks(mut self, hooks: Arc<dyn WriteHooks<S::Object>>) -> Self {
         self.hooks = Some(hooks);
+        self
+    }
+
+    pub fn with_admission(mut self, plugin: Arc<dyn CreateAdmission<S::Object>>) -> Self {
+        self.admission.push(plugin);
         self
     }
 
@@ -265,6 +287,19 @@ impl<S: Strategy> GenericRegistry<S> {
             .encode_stored(&obj)
             .map(Bytes::from)
             .map_err(ApiError::internal)
+    }
+
+    /// The object as upstream would serialize it: with its Go zero values (see
+    /// [`Self::zero_values`]). Written objects get them, so every read shows them.
+    fn with_zero_values(&self, obj: &mut S::Object) -> Result<(), ApiError> {
+        let Some(fill) = self.zero_values.get() else {
+            return Ok(());
+        };
+        let mut v = serde_json::to_value(&*obj).map_err(ApiError::internal)?;
+        if fill(&mut v) {
+            *obj = serde_json::from_value(v).map_err(ApiError::internal)?;
+        }
+        Ok(())
     }
 
     fn name_of(&self, obj: &S::Object) -> String {
@@ -733,6 +768,10 @@ impl<S: Strategy> GenericRegistry<S> {
             // Mutating admission after field tracking, as upstream's create handler orders
             // them: what admission adds is owned by no manager.
             self.strategy.admit(&mut candidate);
+            for plugin in &self.admission {
+                plugin.admit(&mut candidate, dry_run).await?;
+            }
+            self.with_zero_values(&mut candidate)?;
             let key = self.key(self.strategy.meta(&candidate).namespace.as_deref(), &name);
             if dry_run {
                 // As upstream's dry-run storage: a create that would collide says so.
@@ -915,6 +954,7 @@ impl<S: Strategy> GenericRegistry<S> {
             }
             let current = self.decode(&kv)?;
             let mut new = update(current.clone())?;
+            self.with_zero_values(&mut new)?;
             let reservation = match &self.hooks {
                 Some(h) => h.begin_update(&mut new, &current, dry_run)?,
                 None => Reservation::default(),
@@ -1014,6 +1054,9 @@ impl<S: Strategy> GenericRegistry<S> {
         let result = self
             .guaranteed_update(ns, name, precondition, dry_run, |current| {
                 let mut new = body.clone();
+                // As a Go-typed body would be, so that comparing it with the stored object
+                // (generation, what an update may change) sees no difference in zero values.
+                self.with_zero_values(&mut new)?;
                 self.before_update(&mut new, &current, part)?;
                 if let Some(track) = track {
                     track(&mut new, Some(&current));

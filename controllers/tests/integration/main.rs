@@ -19,5 +19,6 @@ mod nodeipam;
 mod nodelifecycle;
 mod podgc;
 mod replicaset;
+mod rootcacertpublisher;
 mod scheduler;
 mod serviceaccount;

@@ -235,13 +235,33 @@ pub fn shim_group(pod_uid: &str) -> String {
     format!("minik8s-{}", hash % SHIM_GROUPS)
 }
 
+/// The pod's hostname (its `hostname`, else its name, cut to 63 characters) and, with a
+/// `subdomain`, its domain `<subdomain>.<namespace>.svc.<cluster domain>` (upstream's
+/// GeneratePodHostNameAndDomain).
+pub fn hostname_and_domain(config: &KubeletConfig, pod: &Pod) -> (String, Option<String>) {
+    let spec = pod.spec.as_ref();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let mut hostname = spec
+        .and_then(|s| s.hostname.clone())
+        .filter(|h| !h.is_empty())
+        .unwrap_or(name);
+    hostname.truncate(63);
+    let hostname = hostname.trim_end_matches(['-', '.']).to_string();
+    let domain = spec
+        .and_then(|s| s.subdomain.as_deref())
+        .filter(|s| !s.is_empty())
+        .map(|sub| {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            format!("{sub}.{ns}.svc.{}", config.cluster_domain)
+        });
+    (hostname, domain)
+}
+
 pub fn sandbox_config(config: &KubeletConfig, pod: &Pod, attempt: u32) -> cri::PodSandboxConfig {
     let spec = pod.spec.as_ref().expect("pod spec");
     let name = pod.metadata.name.clone().unwrap_or_default();
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let mut hostname = spec.hostname.clone().unwrap_or_else(|| name.clone());
-    hostname.truncate(63);
-    let hostname = hostname.trim_end_matches(['-', '.']).to_string();
+    let (hostname, _) = hostname_and_domain(config, pod);
     let port_mappings = spec
         .containers
         .iter()

@@ -379,7 +379,24 @@ impl Shared {
             }
         };
         let env_map: BTreeMap<String, String> = env.iter().cloned().collect();
-        let mounts = match self.volumes.mounts(pod, sandbox.volumes, c, &env_map) {
+        let node_ip = self.config.node_ip.to_string();
+        let ip = if actions::host_network(pod) {
+            node_ip.as_str()
+        } else {
+            sandbox.pod_ip
+        };
+        let (hostname, domain) = spec::hostname_and_domain(&self.config, pod);
+        let mounts = self
+            .volumes
+            .mounts(pod, sandbox.volumes, c, &env_map)
+            .and_then(|mut m| {
+                let hosts =
+                    self.volumes
+                        .etc_hosts_mount(pod, c, &[ip], &hostname, domain.as_deref())?;
+                m.extend(hosts);
+                Ok(m)
+            });
+        let mounts = match mounts {
             Ok(m) => m,
             Err(e) => {
                 self.event(pod, Some(&c.name), true, "Failed", format!("Error: {e}"))

@@ -21,11 +21,13 @@ mod atomic_writer;
 mod configmap;
 mod downward_api;
 mod empty_dir;
+pub mod etc_hosts;
 mod host_path;
 mod projected;
 mod secret;
 mod subpath;
 mod termination;
+mod token;
 mod util;
 
 use std::collections::{BTreeMap, HashMap};
@@ -387,6 +389,8 @@ pub struct VolumeManager {
     runtime_supports_rro: bool,
     /// One lock per pod: setup, refresh and teardown of a pod never overlap.
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Service-account tokens of projected volumes.
+    tokens: token::TokenManager,
 }
 
 impl std::fmt::Debug for VolumeManager {
@@ -405,6 +409,7 @@ impl VolumeManager {
             allocatable: Arc::new(OnceLock::new()),
             runtime_supports_rro: false,
             locks: Arc::default(),
+            tokens: Default::default(),
         }
     }
 
@@ -628,7 +633,7 @@ impl VolumeManager {
                 s.default_mode.unwrap_or(0o644),
             ),
             Projection::Projected(s) => {
-                projected::collect(&self.client, pod, s, &self.allocatable()).await
+                projected::collect(&self.client, pod, s, &self.allocatable(), &self.tokens).await
             }
         }
     }
@@ -709,6 +714,47 @@ impl VolumeManager {
             }
         }
         Ok(out)
+    }
+
+    /// The pod's managed `/etc/hosts` (see [`etc_hosts`]) for `container`: `None` when the
+    /// container mounts something there itself or the pod has no address yet.
+    pub fn etc_hosts_mount(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        ips: &[&str],
+        hostname: &str,
+        domain: Option<&str>,
+    ) -> Result<Option<cri::Mount>, VolumeError> {
+        let own = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| absolute(&m.mount_path) == etc_hosts::ETC_HOSTS);
+        if own || ips.iter().all(|ip| ip.is_empty()) {
+            return Ok(None);
+        }
+        let spec = pod.spec.as_ref();
+        let aliases = spec
+            .and_then(|s| s.host_aliases.clone())
+            .unwrap_or_default();
+        let content = if spec.and_then(|s| s.host_network).unwrap_or(false) {
+            let node = fs::read_to_string(etc_hosts::ETC_HOSTS).unwrap_or_default();
+            etc_hosts::host_network(&node, &aliases)
+        } else {
+            etc_hosts::managed(ips, hostname, domain, &aliases)
+        };
+        let pod_dir = self.pod_dir(pod_uid(pod)?);
+        let file = etc_hosts::write(&pod_dir, &content).map_err(|e| VolumeError::Mount {
+            container: container.name.clone(),
+            volume: String::new(),
+            reason: format!("writing the pod's hosts file: {e}"),
+        })?;
+        Ok(Some(cri::Mount {
+            container_path: etc_hosts::ETC_HOSTS.into(),
+            host_path: file.to_string_lossy().into_owned(),
+            ..Default::default()
+        }))
     }
 
     /// Upstream's makeMounts subPath branch: checks, creates a missing subpath directory
@@ -830,6 +876,7 @@ impl VolumeManager {
         let dir = self.pod_dir(pod_uid);
         let result = blocking(move || teardown_dir(&dir)).await;
         drop(guard);
+        self.tokens.forget_pod(pod_uid);
         if result.is_ok() {
             self.locks.lock().expect("volume locks").remove(pod_uid);
             tracing::debug!(pod_uid, "pod volumes torn down");

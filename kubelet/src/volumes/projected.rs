@@ -1,11 +1,13 @@
-//! projected: configMap, secret and downwardAPI sources merged into one directory (later
-//! sources win on a shared path), on a tmpfs as upstream does. serviceAccountToken and
-//! clusterTrustBundle sources are refused with a clear error for now: this cluster has no
-//! TokenRequest API yet.
+//! projected: configMap, secret, downwardAPI and serviceAccountToken sources merged into one
+//! directory (later sources win on a shared path), on a tmpfs as upstream does.
+//! clusterTrustBundle sources are refused with a clear error: this cluster does not serve
+//! ClusterTrustBundles.
 
 use k8s_openapi::api::core::v1::{Pod, ProjectedVolumeSource};
 
+use super::atomic_writer::FileProjection;
 use super::atomic_writer::Payload;
+use super::token::TokenManager;
 use super::util::aggregate;
 use super::{NodeAllocatable, configmap, downward_api, secret};
 
@@ -17,6 +19,7 @@ pub(crate) async fn collect(
     pod: &Pod,
     source: &ProjectedVolumeSource,
     allocatable: &NodeAllocatable,
+    tokens: &TokenManager,
 ) -> Result<Payload, String> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let default_mode = source.default_mode.unwrap_or(0o644);
@@ -50,10 +53,23 @@ pub(crate) async fn collect(
                 default_mode,
             )
         } else if let Some(t) = &s.service_account_token {
-            Err(format!(
-                "serviceAccountToken projection (path {:?}) is not supported by this kubelet yet",
-                t.path
-            ))
+            // Only the owner may read a token that an fsGroup makes group-owned.
+            let fs_group = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|c| c.fs_group)
+                .is_some();
+            let mode = if fs_group { 0o600 } else { default_mode as u32 };
+            tokens.token(client, pod, t).await.map(|token| {
+                Payload::from([(
+                    t.path.clone(),
+                    FileProjection {
+                        data: token.into_bytes(),
+                        mode,
+                    },
+                )])
+            })
         } else if s.cluster_trust_bundle.is_some() {
             Err("clusterTrustBundle projection is not supported by this kubelet".into())
         } else {
