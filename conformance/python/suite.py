@@ -95,6 +95,7 @@ class Ctx:
         self.apps = client.AppsV1Api(self.api)
         self.ext = client.ApiextensionsV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.kubeconfig = args.kubeconfig
         self.ns = args.namespace
         self.run = args.run
         self.tmp = args.tmp
@@ -519,6 +520,173 @@ def custom_objects_with_crd(c, group, plural):
     for n in ("t1", "t2"):
         co.delete_namespaced_custom_object(group, "v1", c.ns, plural, n)
     expect_api_error(404, co.get_namespaced_custom_object, group, "v1", c.ns, plural, "t1")
+
+
+@case("discovery")
+def discovery(c):
+    # These ask /api/, /apis/ and /version/, with the trailing slash.
+    core = client.CoreApi(c.api).get_api_versions()
+    check("v1" in core.versions, "/api/ versions: %r" % core.versions)
+    groups = [g.name for g in client.ApisApi(c.api).get_api_versions().groups]
+    check("apps" in groups, "/apis/ groups: %r" % groups)
+    v = client.VersionApi(c.api).get_code()
+    check(v.major == "1" and v.minor.startswith("32"), "/version/: %r" % v)
+
+
+@case("kr8s-version")
+def kr8s_version(c):
+    import kr8s
+
+    api = kr8s.api(kubeconfig=c.kubeconfig)
+    v = api.version()
+    check(v.get("major") == "1", "kr8s api.version(): %r" % v)
+    names = [ns.name for ns in api.get("namespaces")]
+    check(c.ns in names, "kr8s namespaces: %r" % names)
+
+
+@case("dry-run-invalid")
+def dry_run_invalid(c):
+    body = configmap("py-dry-run")
+    e = expect_api_error(
+        422, c.core.create_namespaced_config_map, c.ns, body, dry_run="Bogus"
+    )
+    status = body_json(e)
+    check(status["reason"] == "Invalid", "reason %r" % status["reason"])
+    want = 'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Bogus"}: supported values: "All"'
+    check(status["message"] == want, "message %r" % status["message"])
+    c.core.create_namespaced_config_map(c.ns, body)
+    e = expect_api_error(
+        422, c.core.delete_namespaced_config_map, "py-dry-run", c.ns, dry_run="Nope"
+    )
+    check(body_message(e).startswith("DeleteOptions.meta.k8s.io"), body_message(e))
+    c.core.read_namespaced_config_map("py-dry-run", c.ns)
+    c.core.delete_namespaced_config_map("py-dry-run", c.ns)
+
+
+@case("zero-values")
+def zero_values(c):
+    # Fields upstream always serializes come back even when nothing set them, and the
+    # client's models read them (rs.status.replicas, not None).
+    labels = {"app": "py-zero"}
+    template = client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels=labels),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="c", image="busybox:1.36")],
+            node_selector={"minik8s.io/no-such-node": "x"},
+        ),
+    )
+    selector = client.V1LabelSelector(match_labels=labels)
+    rs = client.V1ReplicaSet(
+        metadata=client.V1ObjectMeta(name="py-zero"),
+        spec=client.V1ReplicaSetSpec(replicas=0, selector=selector, template=template),
+    )
+    created = c.apps.create_namespaced_replica_set(c.ns, rs)
+    check(created.status is not None and created.status.replicas == 0, "create: %r" % created.status)
+    got = c.apps.read_namespaced_replica_set("py-zero", c.ns)
+    check(got.status is not None and got.status.replicas == 0, "read: %r" % got.status)
+    c.apps.delete_namespaced_replica_set("py-zero", c.ns)
+    ds = client.V1DaemonSet(
+        metadata=client.V1ObjectMeta(name="py-zero"),
+        spec=client.V1DaemonSetSpec(selector=selector, template=template),
+    )
+    c.apps.create_namespaced_daemon_set(c.ns, ds)
+    got = c.apps.read_namespaced_daemon_set("py-zero", c.ns).status
+    check(
+        got is not None and got.desired_number_scheduled == 0 and got.number_ready == 0,
+        "daemonset status: %r" % got,
+    )
+    c.apps.delete_namespaced_daemon_set("py-zero", c.ns)
+    svc = client.V1Service(
+        metadata=client.V1ObjectMeta(name="py-zero"),
+        spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)], selector=labels),
+    )
+    c.core.create_namespaced_service(c.ns, svc)
+    got = c.core.read_namespaced_service("py-zero", c.ns)
+    check(got.status is not None and got.status.load_balancer is not None, "service: %r" % got.status)
+    c.core.delete_namespaced_service("py-zero", c.ns)
+
+
+INCLUSTER_SCRIPT = """
+import sys
+from kubernetes import client, config, watch
+config.load_incluster_config()
+ns, cm = sys.argv[1], sys.argv[2]
+v1 = client.CoreV1Api()
+own = open("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read()
+pods = [p.metadata.name for p in v1.list_namespaced_pod(ns).items]
+print("namespace %s: pods %s" % (own, ",".join(pods)), flush=True)
+print("watching", flush=True)
+w = watch.Watch()
+for ev in w.stream(v1.list_namespaced_config_map, ns, field_selector="metadata.name=" + cm,
+                   timeout_seconds=60):
+    if (ev["object"].data or {}).get("state") == "go":
+        print("saw state=go", flush=True)
+        sys.exit(0)
+sys.exit("the watch ended")
+"""
+
+
+@case("in-cluster")
+def in_cluster(c):
+    # A pod runs this client (from this suite's venv, mounted read-only) with
+    # load_incluster_config(): the token, CA and namespace mounted by ServiceAccount
+    # admission, KUBERNETES_SERVICE_HOST/PORT.
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    check(sys.version_info[:2] == (3, 11), "the venv's Python %r is not the image's 3.11" % (sys.version_info[:2],))
+    name, cm = "py-incluster", "py-incluster-watch"
+    c.core.create_namespaced_config_map(c.ns, configmap(cm, {"state": "wait"}))
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(
+            restart_policy="Never",
+            termination_grace_period_seconds=1,
+            containers=[
+                client.V1Container(
+                    name="client",
+                    image="python:3",
+                    command=["python3", "-c", INCLUSTER_SCRIPT, c.ns, cm],
+                    env=[client.V1EnvVar(name="PYTHONPATH", value="/opt/client")],
+                    volume_mounts=[
+                        client.V1VolumeMount(name="client", mount_path="/opt/client", read_only=True)
+                    ],
+                )
+            ],
+            volumes=[client.V1Volume(name="client", host_path=client.V1HostPathVolumeSource(path=site))],
+        ),
+    )
+    created = c.core.create_namespaced_pod(c.ns, pod)
+    check(created.spec.service_account_name == "default", "serviceAccountName %r" % created.spec.service_account_name)
+    mounts = [m.mount_path for m in created.spec.containers[0].volume_mounts]
+    check("/var/run/secrets/kubernetes.io/serviceaccount" in mounts, "mounts %r" % mounts)
+
+    def log():
+        try:
+            return c.core.read_namespaced_pod_log(name, c.ns)
+        except ApiException as e:
+            return "(no log: %s)" % one_line(e)
+
+    def watching():
+        text = log()
+        phase = c.core.read_namespaced_pod(name, c.ns).status.phase
+        check("watching" in text or phase in ("Failed", "Succeeded"), "log so far %r" % text)
+        return text
+
+    text = eventually(watching, "the client to watch", limit=60)
+    check("watching" in text, "the client ended before watching: %r" % text)
+    c.core.patch_namespaced_config_map(cm, c.ns, {"data": {"state": "go"}})
+
+    def succeeded():
+        phase = c.core.read_namespaced_pod(name, c.ns).status.phase
+        check(phase == "Succeeded", "phase %s, log %r" % (phase, log()))
+
+    eventually(succeeded, "the client to succeed", limit=30)
+    text = log()
+    check("saw state=go" in text, "log %r" % text)
+    check(("namespace %s: pods" % c.ns) in text and name in text, "log %r" % text)
+    c.core.delete_namespaced_pod(name, c.ns)
+    c.core.delete_namespaced_config_map(cm, c.ns)
 
 
 def main():

@@ -66,6 +66,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "server-side-apply" => server_side_apply,
     "server-side-apply-crd" => server_side_apply_crd,
     "crd-delete" => crd_delete,
+    "in-cluster" => in_cluster,
 };
 
 pub struct Ctx {
@@ -1030,4 +1031,32 @@ async fn crd_delete(c: &Ctx) -> anyhow::Result<()> {
         },
     )
     .await
+}
+
+/// This program, run in a pod, finds the API through `kubernetes.default.svc` with the
+/// credentials ServiceAccount admission mounted (see `incluster`).
+async fn in_cluster(c: &Ctx) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let exe = exe.to_string_lossy();
+    let pod = crate::incluster::pod(
+        "kube-rs-incluster",
+        &[
+            "/probe",
+            "in-cluster",
+            "--namespace",
+            &c.ns,
+            "--config-map",
+            "kube-rs-incluster",
+        ],
+        &[("RUST_LOG", "warn")],
+        &[(&exe, "/probe")],
+    );
+    let log = crate::incluster::run(&c.client, &c.ns, pod, "kube-rs-incluster").await?;
+    ensure!(
+        log.contains("server https://kubernetes.default.svc"),
+        "not through kubernetes.default.svc: {log:?}"
+    );
+    let pods = crate::incluster::listed_pods(&log);
+    ensure!(pods.contains(&"kube-rs-incluster"), "listed pods {pods:?}");
+    Ok(())
 }

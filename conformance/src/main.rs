@@ -5,6 +5,7 @@
 //! Every suite works in its own namespace, `conf-<suite>-<run id>`, created before its first
 //! case and removed after its last (finalized through `/finalize` if nothing else empties it).
 
+mod incluster;
 mod kubectl;
 mod kubers;
 mod python;
@@ -53,6 +54,20 @@ struct Args {
     /// they print as XFAIL and do not count as failures; listed cases that pass do.
     #[arg(long)]
     known_failures: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Runs inside a pod of the kube-rs suite's `in-cluster` case: finds the API with
+    /// `Config::incluster_dns()`, lists pods and watches a ConfigMap until it says go.
+    InCluster {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long)]
+        config_map: String,
+    },
 }
 
 /// One group of cases that runs in order, in its own namespace.
@@ -108,6 +123,13 @@ fn kubectls() -> Vec<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Command::InCluster {
+        namespace,
+        config_map,
+    }) = &args.command
+    {
+        return incluster::probe(namespace, config_map).await;
+    }
     let binaries = if args.kubectl.is_empty() {
         kubectls()
     } else {

@@ -1,5 +1,5 @@
-//! The official Python client (pip `kubernetes`, pinned to the release for Kubernetes 1.32),
-//! installed into a venv from PyPI on first use and reused after. The cases live in
+//! The official Python client (pip `kubernetes`, pinned to the release for Kubernetes 1.32)
+//! and kr8s, installed into a venv from PyPI on first use and reused after. The cases live in
 //! `conformance/python/suite.py`; this runner starts it and turns its `CASE` lines into the
 //! suite's lines.
 
@@ -17,6 +17,8 @@ use crate::support;
 
 /// The Python client release that matches Kubernetes 1.32.
 pub const CLIENT_VERSION: &str = "32.0.1";
+/// kr8s, another Python client people use (it asks for `/version/` and `/api/`).
+pub const KR8S_VERSION: &str = "0.20.15";
 
 /// The cases of `suite.py`, in the order it runs them.
 pub const CASES: &[&str] = &[
@@ -28,6 +30,11 @@ pub const CASES: &[&str] = &[
     "patch-strategic",
     "patch-apply",
     "custom-objects",
+    "discovery",
+    "kr8s-version",
+    "dry-run-invalid",
+    "zero-values",
+    "in-cluster",
 ];
 
 const SCRIPT: &str = include_str!("../python/suite.py");
@@ -148,7 +155,9 @@ async fn drive(env: &Env, python: &Path, ns: &str, selected: &[&str]) -> anyhow:
 async fn venv(env: &Env) -> anyhow::Result<PathBuf> {
     let dir = match &env.python_venv {
         Some(d) => d.clone(),
-        None => cache_dir().join(format!("python-kubernetes-{CLIENT_VERSION}")),
+        None => cache_dir().join(format!(
+            "python-kubernetes-{CLIENT_VERSION}-kr8s-{KR8S_VERSION}"
+        )),
     };
     let python = dir.join("bin").join("python");
     if has_client(&python).await {
@@ -170,15 +179,19 @@ async fn venv(env: &Env) -> anyhow::Result<PathBuf> {
     run_quiet(
         Command::new(building.join("bin").join("python"))
             .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
-            .arg(format!("kubernetes=={CLIENT_VERSION}")),
-        &format!("pip install kubernetes=={CLIENT_VERSION}"),
+            .arg(format!("kubernetes=={CLIENT_VERSION}"))
+            .arg(format!("kr8s=={KR8S_VERSION}")),
+        &format!("pip install kubernetes=={CLIENT_VERSION} kr8s=={KR8S_VERSION}"),
     )
     .await?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&building, &dir)
         .with_context(|| format!("moving the venv to {}", dir.display()))?;
     if !has_client(&python).await {
-        bail!("the venv at {} cannot import kubernetes", dir.display());
+        bail!(
+            "the venv at {} cannot import kubernetes and kr8s",
+            dir.display()
+        );
     }
     Ok(python)
 }
@@ -199,7 +212,7 @@ async fn has_client(python: &Path) -> bool {
         .args([
             "-c",
             &format!(
-                "import sys, kubernetes; sys.exit(kubernetes.__version__ != {CLIENT_VERSION:?})"
+                "import sys, kubernetes, kr8s; sys.exit(kubernetes.__version__ != {CLIENT_VERSION:?} or kr8s.__version__ != {KR8S_VERSION:?})"
             ),
         ])
         .stdin(Stdio::null())

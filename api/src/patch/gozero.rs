@@ -28,38 +28,49 @@ pub fn applies(schema: &Schema) -> bool {
 /// `value` with the fields a Go-typed object would have, for comparing.
 pub fn filled(schema: &Schema, value: &Value) -> Value {
     let mut v = value.clone();
-    fill(schema, schema.root(), &mut v);
+    fill(schema, schema.root(), &mut v, true);
     v
 }
 
-fn fill(schema: &Schema, t: TypeRef, v: &mut Value) {
+/// Adds to `value` the fields upstream serializes as non-null zero values when they are unset
+/// (`status: {replicas: 0}`, `resources: {}`), so objects read back as they do from
+/// upstream: clients' typed models expect them. Nulls are left out: a missing field reads the
+/// same. Returns whether anything was added.
+pub fn fill_zero_values(schema: &Schema, value: &mut Value) -> bool {
+    fill(schema, schema.root(), value, false)
+}
+
+fn fill(schema: &Schema, t: TypeRef, v: &mut Value, nulls: bool) -> bool {
+    let mut added = false;
     match v {
         Value::Object(m) => {
             if let Some(zeros) = schema.atom(t).name.as_ref().and_then(|n| TABLE.get(n)) {
                 for (field, zero) in zeros {
-                    if !m.contains_key(field) {
+                    if !m.contains_key(field) && (nulls || !zero.is_null()) {
                         m.insert(field.clone(), zero.clone());
+                        added = true;
                     }
                 }
             }
             let Some((mt, _)) = schema.map_of(t) else {
-                return;
+                return added;
             };
             for (k, child) in m.iter_mut() {
                 if let Some(ft) = schema.map_field_type(mt, k) {
-                    fill(schema, ft, child);
+                    added |= fill(schema, ft, child, nulls);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(l) = schema.list_of(t) {
                 for item in items {
-                    fill(schema, l.elem, item);
+                    added |= fill(schema, l.elem, item, nulls);
                 }
             }
         }
         _ => {}
     }
+    added
 }
 
 #[cfg(test)]
@@ -95,6 +106,13 @@ mod tests {
                 "status": {},
             })
         );
+        let mut v = json!({"spec": {"replicas": 1}});
+        assert!(fill_zero_values(&s, &mut v));
+        assert_eq!(
+            v,
+            json!({"metadata": {}, "spec": {"replicas": 1, "strategy": {}, "template": {}}, "status": {}})
+        );
+        assert!(!fill_zero_values(&s, &mut v), "nothing left to add");
         assert!(!applies(&Schema::deduced()));
     }
 }

@@ -180,9 +180,10 @@ fn api_group(group: &str, versions: &Versions<'_>) -> APIGroup {
     }
 }
 
-/// `GET /apis`.
-pub fn groups(resources: &[ResourceInfo], headers: &HeaderMap) -> Response {
-    if let Some(v) = wants_aggregated(headers) {
+/// `GET /apis`; aggregated discovery only when `aggregated_ok` (upstream serves `/apis/` from its
+/// plain handler, which never negotiates it).
+pub fn groups(resources: &[ResourceInfo], headers: &HeaderMap, aggregated_ok: bool) -> Response {
+    if aggregated_ok && let Some(v) = wants_aggregated(headers) {
         return aggregated(resources, false, v);
     }
     let groups = grouped(resources)

@@ -6,6 +6,7 @@ pub mod authorization;
 pub mod codec;
 pub mod connect;
 pub mod discovery;
+pub mod health;
 pub mod metrics_api;
 pub mod namespaces;
 pub mod openapi;
@@ -37,14 +38,17 @@ use crate::server::ApiServer;
 
 /// The whole HTTP API of the server, testable without sockets.
 pub fn router(server: Arc<ApiServer>) -> Router {
+    // Upstream serves the discovery roots and /version with a trailing slash too (clients
+    // such as kr8s and the Python client ask for `/api/`).
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/livez", get(healthz))
-        .route("/readyz", get(readyz))
+        .merge(health::routes())
         .route("/version", get(version))
+        .route("/version/", get(version))
         .route("/metrics", get(metrics))
         .route("/api", get(api_root))
+        .route("/api/", get(api_root))
         .route("/apis", get(apis_root))
+        .route("/apis/", get(apis_root_slash))
         .route("/api/{*rest}", any(api))
         .route("/apis/{*rest}", any(api))
         .route("/openapi/v2", get(openapi::v2))
@@ -56,21 +60,6 @@ pub fn router(server: Arc<ApiServer>) -> Router {
             auth::authenticate,
         ))
         .with_state(server)
-}
-
-async fn healthz() -> &'static str {
-    "ok"
-}
-
-async fn readyz(State(server): State<Arc<ApiServer>>) -> Response {
-    match server.store.current_revision().await {
-        Ok(_) => "ok".into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("[-]etcd failed: {e}\nreadyz check failed"),
-        )
-            .into_response(),
-    }
 }
 
 async fn version() -> Response {
@@ -95,7 +84,11 @@ async fn api_root(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
 }
 
 async fn apis_root(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
-    discovery::groups(&server.resources(), req.headers())
+    discovery::groups(&server.resources(), req.headers(), true)
+}
+
+async fn apis_root_slash(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
+    discovery::groups(&server.resources(), req.headers(), false)
 }
 
 async fn api(State(server): State<Arc<ApiServer>>, req: Request) -> Response {

@@ -18,6 +18,8 @@ pub struct NamespaceCache {
     /// Namespace name → (terminating, or `None` once deleted; the revision that said so).
     /// Older news never overwrites newer: this server's own writes land before its watch.
     state: RwLock<HashMap<String, (Option<bool>, Revision)>>,
+    /// Set once the first list is in.
+    synced: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for NamespaceCache {
@@ -39,6 +41,11 @@ fn name_of(key: &str) -> &str {
 }
 
 impl NamespaceCache {
+    /// Whether the cache has listed the store once (readyz's informer-sync check).
+    pub fn synced(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// `Some(terminating)` for a namespace the cache has seen.
     pub fn get(&self, name: &str) -> Option<bool> {
         self.state
@@ -87,6 +94,8 @@ impl NamespaceCache {
         for kv in &list.kvs {
             self.apply(&kv.key, terminating(&kv.value), kv.mod_revision);
         }
+        self.synced
+            .store(true, std::sync::atomic::Ordering::Release);
         let mut events = store.watch(PREFIX, list.revision).await?;
         while let Some(event) = events.next().await {
             match event? {

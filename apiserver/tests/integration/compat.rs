@@ -2,11 +2,11 @@
 //! authentication), SelfSubjectReview, impersonation, dry-run write conflicts, and CRD
 //! schema checks and CEL rules, through the router.
 
-use base64::Engine;
 use http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use minik8s_apiserver::auth::ClientCertIdentity;
 use serde_json::{Value, json};
+use testkit::jwt_claims as claims;
 use testkit::{Backend, InProcess};
 use tower::ServiceExt;
 
@@ -64,14 +64,6 @@ async fn whoami(
         json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
     )
     .await
-}
-
-fn claims(token: &str) -> Value {
-    let body = token.split('.').nth(1).unwrap();
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(body)
-        .unwrap();
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 const TOKEN: &str = "/api/v1/namespaces/default/serviceaccounts/robot/token";
@@ -586,4 +578,136 @@ async fn crd_cel_rules() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
+}
+
+#[tokio::test]
+async fn dry_run_accepts_only_all() {
+    let s = InProcess::start(Backend::Sqlite).await.unwrap();
+    const CMS: &str = "/api/v1/namespaces/default/configmaps";
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+    let message = |options: &str, values: &str| {
+        format!(
+            "{options}.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: []string{{{values}}}: supported values: \"All\""
+        )
+    };
+    let r = s.post(&format!("{CMS}?dryRun=Bogus"), cm.clone()).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let status = r.json();
+    assert_eq!(status["reason"], "Invalid");
+    assert_eq!(status["message"], message("CreateOptions", "\"Bogus\""));
+    assert_eq!(status["details"]["kind"], "CreateOptions");
+    assert_eq!(status["details"]["group"], "meta.k8s.io");
+    assert_eq!(
+        status["details"]["causes"],
+        json!([{"reason": "FieldValueNotSupported", "field": "dryRun",
+            "message": "Unsupported value: []string{\"Bogus\"}: supported values: \"All\""}])
+    );
+    // Nothing was written; All twice is All.
+    assert_eq!(
+        s.get(&format!("{CMS}/c")).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let r = s
+        .post(&format!("{CMS}?dryRun=All&dryRun=All"), cm.clone())
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(
+        s.get(&format!("{CMS}/c")).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    assert_eq!(s.post(CMS, cm.clone()).await.status, StatusCode::CREATED);
+    let r = s
+        .put(&format!("{CMS}/c?dryRun=All&dryRun=x"), cm.clone())
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        r.json()["message"],
+        message("UpdateOptions", "\"All\", \"x\"")
+    );
+    let r = s
+        .patch(
+            &format!("{CMS}/c?dryRun=x"),
+            "application/merge-patch+json",
+            json!({"data": {"a": "b"}}),
+        )
+        .await;
+    assert_eq!(r.json()["message"], message("PatchOptions", "\"x\""));
+    let r = s.delete(&format!("{CMS}/c?dryRun=x")).await;
+    assert_eq!(r.json()["message"], message("DeleteOptions", "\"x\""));
+    // A delete's body wins over its query, as upstream reads them.
+    let r = s
+        .call(
+            Method::DELETE,
+            &format!("{CMS}/c?dryRun=x"),
+            Some("application/json"),
+            json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"]}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    assert_eq!(s.get(&format!("{CMS}/c")).await.status, StatusCode::OK);
+    let r = s
+        .call(
+            Method::DELETE,
+            &format!("{CMS}/c"),
+            Some("application/json"),
+            json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["Bogus"]}).to_string(),
+        )
+        .await;
+    assert_eq!(r.json()["message"], message("DeleteOptions", "\"Bogus\""));
+}
+
+/// Upstream always serializes some zero values (non-pointer structs, fields without
+/// omitempty); clients' typed models rely on them being there on every read.
+#[tokio::test]
+async fn objects_carry_the_zero_values_upstream_serializes() {
+    let s = InProcess::start(Backend::Sqlite).await.unwrap();
+    let template = json!({"metadata": {"labels": {"app": "z"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}});
+    let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "z"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "z"}}, "template": template}});
+    const RS: &str = "/apis/apps/v1/namespaces/default/replicasets";
+    let created = s.post(RS, rs).await.json();
+    assert_eq!(created["status"], json!({"replicas": 0}));
+    let read = s.get(&format!("{RS}/z")).await.json();
+    assert_eq!(read["status"], json!({"replicas": 0}));
+    assert_eq!(
+        read["spec"]["template"]["spec"]["containers"][0]["resources"],
+        json!({})
+    );
+    let listed = s.get(RS).await.json();
+    assert_eq!(listed["items"][0]["status"], json!({"replicas": 0}));
+
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "z"},
+        "spec": {"selector": {"matchLabels": {"app": "z"}}, "template": template}});
+    const DEPLOYS: &str = "/apis/apps/v1/namespaces/default/deployments";
+    let created = s.post(DEPLOYS, d.clone()).await.json();
+    assert_eq!(created["status"], json!({}));
+    assert_eq!(created["metadata"]["generation"], 1);
+    // A PUT of the same spec without the zero values is no change of spec.
+    let mut same = d.clone();
+    same["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
+    let r = s.put(&format!("{DEPLOYS}/z"), same).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    assert_eq!(r.json()["metadata"]["generation"], 1);
+
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "z"},
+        "spec": {"ports": [{"port": 80}]}});
+    let created = s
+        .post("/api/v1/namespaces/default/services", svc)
+        .await
+        .json();
+    assert_eq!(created["status"], json!({"loadBalancer": {}}));
+
+    let ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "z"},
+        "spec": {"selector": {"matchLabels": {"app": "z"}}, "template": template}});
+    let created = s
+        .post("/apis/apps/v1/namespaces/default/daemonsets", ds)
+        .await
+        .json();
+    assert_eq!(
+        created["status"],
+        json!({"currentNumberScheduled": 0, "desiredNumberScheduled": 0,
+               "numberMisscheduled": 0, "numberReady": 0})
+    );
 }

@@ -23,6 +23,9 @@ use tokio::process::Command;
 use crate::Env;
 use crate::support::{self, CaseFn, contains, eventually, gone};
 
+mod applets;
+mod nonresource;
+
 /// One kubectl binary of the matrix.
 #[derive(Clone)]
 pub struct Binary {
@@ -121,6 +124,8 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "auth-whoami-as" => auth_whoami_as,
     "create-dry-run-conflict" => create_dry_run_conflict,
     "crd-bad-schema" => crd_bad_schema,
+    "raw-paths" => nonresource::raw_paths,
+    "busybox-applets" => applets::busybox_applets,
 };
 
 /// Runs the selected cases with one binary, in a namespace of its own.

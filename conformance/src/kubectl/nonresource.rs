@@ -1,0 +1,66 @@
+//! Paths outside the resource API, read with `kubectl get --raw` as users (and the probes of
+//! load balancers) read them: discovery and `/version` with a trailing slash, and the health
+//! endpoints' per-check listing, exclusions and per-check paths.
+
+use anyhow::ensure;
+use serde_json::Value;
+
+use super::Ctx;
+use crate::support::contains;
+
+pub async fn raw_paths(c: &Ctx) -> anyhow::Result<()> {
+    for path in ["/api", "/api/"] {
+        let v: Value = serde_json::from_str(&c.ok(&["get", "--raw", path]).await?)?;
+        ensure!(v["kind"] == "APIVersions", "{path}: {v}");
+    }
+    for path in ["/apis", "/apis/"] {
+        let v: Value = serde_json::from_str(&c.ok(&["get", "--raw", path]).await?)?;
+        ensure!(v["kind"] == "APIGroupList", "{path}: {v}");
+    }
+    for path in ["/version", "/version/"] {
+        let v: Value = serde_json::from_str(&c.ok(&["get", "--raw", path]).await?)?;
+        ensure!(v["major"] == "1", "{path}: {v}");
+    }
+    for path in ["/apis/apps/", "/apis/apps/v1/", "/api/v1/"] {
+        let v: Value = serde_json::from_str(&c.ok(&["get", "--raw", path]).await?)?;
+        ensure!(
+            matches!(v["kind"].as_str(), Some("APIGroup" | "APIResourceList")),
+            "{path}: {v}"
+        );
+    }
+    ensure!(c.ok(&["get", "--raw", "/readyz"]).await? == "ok");
+    let verbose = c.ok(&["get", "--raw", "/readyz?verbose"]).await?;
+    for line in [
+        "[+]ping ok",
+        "[+]etcd ok",
+        "[+]informer-sync ok",
+        "[+]shutdown ok",
+    ] {
+        contains(&verbose, line)?;
+    }
+    ensure!(
+        verbose.ends_with("readyz check passed\n"),
+        "/readyz?verbose: {verbose:?}"
+    );
+    let excluded = c
+        .ok(&["get", "--raw", "/readyz?verbose&exclude=etcd&exclude=nope"])
+        .await?;
+    contains(&excluded, "[+]etcd excluded: ok")?;
+    contains(
+        &excluded,
+        "warn: some health checks cannot be excluded: no matches for \"nope\"",
+    )?;
+    for (path, last) in [
+        ("/livez?verbose", "livez check passed\n"),
+        ("/healthz?verbose", "healthz check passed\n"),
+    ] {
+        let out = c.ok(&["get", "--raw", path]).await?;
+        contains(&out, "[+]log ok")?;
+        ensure!(out.ends_with(last), "{path}: {out:?}");
+    }
+    ensure!(c.ok(&["get", "--raw", "/readyz/etcd"]).await? == "ok");
+    ensure!(c.ok(&["get", "--raw", "/livez/ping"]).await? == "ok");
+    let err = c.fails(&["get", "--raw", "/readyz/nope"]).await?;
+    contains(&err, "NotFound")?;
+    Ok(())
+}
