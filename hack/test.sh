@@ -19,7 +19,8 @@ log "conformance against a fresh cluster"
 export MINIK8S_DATA_DIR="$(mktemp -d /tmp/minik8s-conformance.XXXXXX)"
 export MINIK8S_PORT="${MINIK8S_CONFORMANCE_PORT:-16443}"
 export MINIK8S_MERGE_KUBECONFIG="$MINIK8S_DATA_DIR/kubeconfig"
-export MINIK8S_IMAGES="pause busybox"
+# python:3 runs the in-cluster clients (the official Python client, a kube-rs program).
+export MINIK8S_IMAGES="pause busybox python"
 # Test traffic stays on the machine: cluster DNS forwards no names to the host's resolvers.
 export MINIK8S_DNS_RESOLV_CONF=/dev/null
 trap '"$REPO_ROOT/hack/down.sh" >/dev/null 2>&1; rm -rf "$MINIK8S_DATA_DIR"' EXIT
