@@ -1,125 +1,203 @@
-//! Cron schedules as CronJobs write them (five fields, names, steps, `@hourly`-style
-//! descriptors), parsed for validation and for finding the next run.
+//! Cron schedules as upstream parses them (robfig/cron's `ParseStandard`): five fields, `@`
+//! descriptors, an optional `TZ=`/`CRON_TZ=` prefix, and the classic day rule: when both
+//! day-of-month and day-of-week are restricted, a day matching either one fires. One parser
+//! for CronJob validation (its messages are robfig's) and for the controller's next run.
 
-use jiff::civil::DateTime;
+use jiff::civil::{Date, DateTime};
+use jiff::tz::TimeZone;
+use jiff::{Timestamp, ToSpan};
 
-/// A parsed schedule: the allowed values of each field as bit sets.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Schedule {
-    minutes: u64,
-    hours: u64,
-    days_of_month: u64,
-    months: u64,
-    days_of_week: u64,
-    /// Either day field was restricted: then a day matches if either field does (cron's rule).
-    dom_star: bool,
-    dow_star: bool,
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ScheduleError {
+    #[error("expected exactly 5 fields, found {0}: {1}")]
+    Fields(usize, String),
+    #[error("{0}")]
+    Field(String),
+    #[error("provided bad location {0}: unknown time zone {0}")]
+    Location(String),
+    #[error("unrecognized descriptor: {0}")]
+    Descriptor(String),
 }
 
-const MONTHS: &[&str] = &[
-    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-];
-const DAYS: &[&str] = &["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    minute: u64,
+    hour: u64,
+    dom: u64,
+    month: u64,
+    dow: u64,
+    /// `*` or `?` (without a step) in day-of-month / day-of-week.
+    dom_star: bool,
+    dow_star: bool,
+    /// The zone of a `TZ=` prefix, which overrides the caller's.
+    pub zone: Option<TimeZone>,
+}
 
-fn field(
-    spec: &str,
+struct Bounds {
     min: u32,
     max: u32,
-    names: &[&str],
-    name_base: u32,
-) -> Result<(u64, bool), String> {
-    let mut bits = 0u64;
-    let star = spec == "*" || spec == "?";
-    for part in spec.split(',') {
-        let (range, step) = match part.split_once('/') {
-            Some((r, s)) => (
-                r,
-                s.parse::<u32>()
-                    .map_err(|_| format!("failed to parse int from {s}: invalid syntax"))?,
-            ),
-            None => (part, 1),
-        };
-        if step == 0 {
-            return Err(format!("step of range should be a positive number: {part}"));
+    names: &'static [&'static str],
+}
+
+const MINUTE: Bounds = Bounds {
+    min: 0,
+    max: 59,
+    names: &[],
+};
+const HOUR: Bounds = Bounds {
+    min: 0,
+    max: 23,
+    names: &[],
+};
+const DOM: Bounds = Bounds {
+    min: 1,
+    max: 31,
+    names: &[],
+};
+const MONTH: Bounds = Bounds {
+    min: 1,
+    max: 12,
+    names: &[
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ],
+};
+const DOW: Bounds = Bounds {
+    min: 0,
+    max: 6,
+    names: &["sun", "mon", "tue", "wed", "thu", "fri", "sat"],
+};
+
+/// Bits of the values a field allows, and whether it was a plain `*` (robfig/cron's
+/// `getField`, with its error messages).
+fn field(expr: &str, b: &Bounds) -> Result<(u64, bool), ScheduleError> {
+    let err = |msg: String| ScheduleError::Field(msg);
+    let int = |s: &str| -> Result<u32, ScheduleError> {
+        if let Some(i) = b.names.iter().position(|n| n.eq_ignore_ascii_case(s)) {
+            return Ok(b.min + i as u32);
         }
-        let value = |s: &str| -> Result<u32, String> {
-            if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(s)) {
-                return Ok(i as u32 + name_base);
-            }
-            s.parse::<u32>()
-                .map_err(|_| format!("failed to parse int from {s}: invalid syntax"))
-        };
-        let (lo, hi) = if range == "*" || range == "?" {
-            (min, max)
-        } else if let Some((a, b)) = range.split_once('-') {
-            (value(a)?, value(b)?)
+        s.parse::<u32>().map_err(|_| {
+            err(format!(
+                "failed to parse int from {s}: strconv.Atoi: parsing {s:?}: invalid syntax"
+            ))
+        })
+    };
+    let (mut bits, mut star) = (0u64, false);
+    for part in expr.split(',') {
+        let mut pieces = part.split('/');
+        let range = pieces.next().unwrap_or_default();
+        let step = pieces.next();
+        if pieces.next().is_some() {
+            return Err(err(format!("too many slashes: {part}")));
+        }
+        let mut bounds = range.split('-');
+        let (lo_s, hi_s) = (bounds.next().unwrap_or_default(), bounds.next());
+        if bounds.next().is_some() {
+            return Err(err(format!("too many hyphens: {part}")));
+        }
+        let all = lo_s == "*" || lo_s == "?";
+        let (lo, mut hi) = if all {
+            (b.min, b.max)
         } else {
-            let v = value(range)?;
-            (v, if part.contains('/') { max } else { v })
+            let lo = int(lo_s)?;
+            (lo, hi_s.map(int).transpose()?.unwrap_or(lo))
         };
-        if lo < min {
-            return Err(format!(
-                "beginning of range ({lo}) below minimum ({min}): {part}"
-            ));
+        let mut part_star = all;
+        let step = match step {
+            None => 1,
+            Some(s) => {
+                let s = int(s)?;
+                // `N/step` means `N-max/step`.
+                if !all && hi_s.is_none() {
+                    hi = b.max;
+                }
+                if s > 1 {
+                    part_star = false;
+                }
+                s
+            }
+        };
+        if lo < b.min {
+            return Err(err(format!(
+                "beginning of range ({lo}) below minimum ({}): {part}",
+                b.min
+            )));
         }
-        if hi > max {
-            return Err(format!("end of range ({hi}) above maximum ({max}): {part}"));
+        if hi > b.max {
+            return Err(err(format!(
+                "end of range ({hi}) above maximum ({}): {part}",
+                b.max
+            )));
         }
         if lo > hi {
-            return Err(format!(
+            return Err(err(format!(
                 "beginning of range ({lo}) beyond end of range ({hi}): {part}"
-            ));
+            )));
+        }
+        if step == 0 {
+            return Err(err(format!(
+                "step of range should be a positive number: {part}"
+            )));
         }
         let mut v = lo;
         while v <= hi {
             bits |= 1 << v;
             v += step;
         }
+        star |= part_star;
     }
     Ok((bits, star))
 }
 
-impl Schedule {
-    pub fn parse(spec: &str) -> Result<Schedule, String> {
-        let spec = spec.trim();
-        let expanded = match spec {
-            "@yearly" | "@annually" => "0 0 1 1 *",
-            "@monthly" => "0 0 1 * *",
-            "@weekly" => "0 0 * * 0",
-            "@daily" | "@midnight" => "0 0 * * *",
-            "@hourly" => "0 * * * *",
-            s if s.starts_with('@') => return Err(format!("unrecognized descriptor: {s}")),
-            s => s,
-        };
-        let fields: Vec<&str> = expanded.split_whitespace().collect();
-        if fields.len() != 5 {
-            return Err(format!(
-                "expected exactly 5 fields, found {}: {spec}",
-                fields.len()
-            ));
-        }
-        let (minutes, _) = field(fields[0], 0, 59, &[], 0)?;
-        let (hours, _) = field(fields[1], 0, 23, &[], 0)?;
-        let (days_of_month, dom_star) = field(fields[2], 1, 31, &[], 0)?;
-        let (months, _) = field(fields[3], 1, 12, MONTHS, 1)?;
-        let (mut days_of_week, dow_star) = field(fields[4], 0, 7, DAYS, 0)?;
-        if days_of_week & (1 << 7) != 0 {
-            days_of_week |= 1;
-        }
-        Ok(Schedule {
-            minutes,
-            hours,
-            days_of_month,
-            months,
-            days_of_week,
-            dom_star,
-            dow_star,
-        })
+pub fn parse(spec: &str) -> Result<Schedule, ScheduleError> {
+    let mut spec = spec.trim();
+    let mut zone = None;
+    if let Some(rest) = spec
+        .strip_prefix("TZ=")
+        .or_else(|| spec.strip_prefix("CRON_TZ="))
+    {
+        let (name, rest) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+        zone = Some(TimeZone::get(name).map_err(|_| ScheduleError::Location(name.to_string()))?);
+        spec = rest.trim();
     }
+    let expanded = match spec {
+        "@yearly" | "@annually" => "0 0 1 1 *",
+        "@monthly" => "0 0 1 * *",
+        "@weekly" => "0 0 * * 0",
+        "@daily" | "@midnight" => "0 0 * * *",
+        "@hourly" => "0 * * * *",
+        s if s.starts_with('@') => return Err(ScheduleError::Descriptor(s.to_string())),
+        s => s,
+    };
+    let fields: Vec<&str> = expanded.split_whitespace().collect();
+    if fields.len() != 5 {
+        return Err(ScheduleError::Fields(fields.len(), spec.to_string()));
+    }
+    let (minute, _) = field(fields[0], &MINUTE)?;
+    let (hour, _) = field(fields[1], &HOUR)?;
+    let (dom, dom_star) = field(fields[2], &DOM)?;
+    let (month, _) = field(fields[3], &MONTH)?;
+    let (dow, dow_star) = field(fields[4], &DOW)?;
+    Ok(Schedule {
+        minute,
+        hour,
+        dom,
+        month,
+        dow,
+        dom_star,
+        dow_star,
+        zone,
+    })
+}
 
-    fn day_matches(&self, t: DateTime) -> bool {
-        let dom = self.days_of_month & (1 << t.day()) != 0;
-        let dow = self.days_of_week & (1 << t.weekday().to_sunday_zero_offset()) != 0;
+fn has(bits: u64, v: impl Into<i64>) -> bool {
+    let v = v.into();
+    (0..64).contains(&v) && bits & (1 << v) != 0
+}
+
+impl Schedule {
+    fn day_matches(&self, d: Date) -> bool {
+        let dom = has(self.dom, d.day());
+        let dow = has(self.dow, d.weekday().to_sunday_zero_offset());
         if self.dom_star || self.dow_star {
             dom && dow
         } else {
@@ -127,43 +205,39 @@ impl Schedule {
         }
     }
 
-    /// The first minute strictly after `after` that the schedule fires at, in the same civil time.
-    pub fn next_after(&self, after: DateTime) -> Option<DateTime> {
-        let mut t = after.checked_add(jiff::Span::new().minutes(1)).ok()?;
-        t = t.with().second(0).subsec_nanosecond(0).build().ok()?;
-        // Five years covers every satisfiable schedule (29 February included).
-        for _ in 0..(5 * 366 * 24 * 60) {
-            if self.months & (1 << t.month()) == 0 {
+    /// The first activation strictly after `after`, in the schedule's zone or else `zone`;
+    /// `None` if there is none within five years (e.g. `0 0 30 2 *`).
+    pub fn next_after(&self, after: Timestamp, zone: &TimeZone) -> Option<Timestamp> {
+        let zone = self.zone.as_ref().unwrap_or(zone);
+        let start = after.to_zoned(zone.clone()).datetime();
+        let mut t = DateTime::from_parts(
+            start.date(),
+            jiff::civil::time(start.hour(), start.minute(), 0, 0),
+        )
+        .checked_add(1.minute())
+        .ok()?;
+        let limit = start.year() + 5;
+        while t.year() <= limit {
+            if !has(self.month, t.month()) {
                 t = t
+                    .date()
                     .first_of_month()
-                    .checked_add(jiff::Span::new().months(1))
+                    .checked_add(1.month())
                     .ok()?
-                    .with()
-                    .hour(0)
-                    .minute(0)
-                    .build()
-                    .ok()?;
-                continue;
+                    .at(0, 0, 0, 0);
+            } else if !self.day_matches(t.date()) {
+                t = t.date().tomorrow().ok()?.at(0, 0, 0, 0);
+            } else if !has(self.hour, t.hour()) {
+                t = t.date().at(t.hour(), 0, 0, 0).checked_add(1.hour()).ok()?;
+            } else if !has(self.minute, t.minute()) {
+                t = t.checked_add(1.minute()).ok()?;
+            } else {
+                let at = zone.to_zoned(t).ok()?.timestamp();
+                if at > after {
+                    return Some(at);
+                }
+                t = t.checked_add(1.minute()).ok()?;
             }
-            if !self.day_matches(t) {
-                t = t.tomorrow().ok()?.with().hour(0).minute(0).build().ok()?;
-                continue;
-            }
-            if self.hours & (1 << t.hour()) == 0 {
-                t = t
-                    .with()
-                    .minute(0)
-                    .build()
-                    .ok()?
-                    .checked_add(jiff::Span::new().hours(1))
-                    .ok()?;
-                continue;
-            }
-            if self.minutes & (1 << t.minute()) == 0 {
-                t = t.checked_add(jiff::Span::new().minutes(1)).ok()?;
-                continue;
-            }
-            return Some(t);
         }
         None
     }
@@ -172,26 +246,117 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jiff::civil::date;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn next(spec: &str, after: &str) -> Option<Timestamp> {
+        parse(spec).unwrap().next_after(ts(after), &TimeZone::UTC)
+    }
 
     #[test]
-    fn parses_and_steps() {
-        let s = Schedule::parse("*/15 9-17 * * mon-fri").unwrap();
-        let t = date(2026, 11, 21).at(10, 7, 0, 0); // a Saturday
-        assert_eq!(s.next_after(t), Some(date(2026, 11, 23).at(9, 0, 0, 0)));
-        let h = Schedule::parse("@hourly").unwrap();
+    fn standard_fields_and_descriptors() {
         assert_eq!(
-            h.next_after(date(2026, 1, 1).at(0, 0, 0, 0)),
-            Some(date(2026, 1, 1).at(1, 0, 0, 0))
+            next("*/15 * * * *", "2026-01-01T00:07:30Z"),
+            Some(ts("2026-01-01T00:15:00Z"))
         );
-        assert!(Schedule::parse("61 * * * *").is_err());
-        assert!(Schedule::parse("* * *").is_err());
-        assert!(Schedule::parse("@sometimes").is_err());
-        assert!(
-            Schedule::parse("0 0 29 2 *")
-                .unwrap()
-                .next_after(date(2026, 3, 1).at(0, 0, 0, 0))
-                .is_some()
+        assert_eq!(
+            next("* * * * *", "2026-01-01T00:00:00Z"),
+            Some(ts("2026-01-01T00:01:00Z"))
         );
+        assert_eq!(
+            next("@hourly", "2026-01-01T00:00:00Z"),
+            Some(ts("2026-01-01T01:00:00Z"))
+        );
+        assert_eq!(
+            next("@daily", "2026-01-01T10:00:00Z"),
+            Some(ts("2026-01-02T00:00:00Z"))
+        );
+        assert_eq!(
+            next("@yearly", "2026-03-01T00:00:00Z"),
+            Some(ts("2027-01-01T00:00:00Z"))
+        );
+        assert_eq!(
+            next("30 9 * JAN-MAR MON", "2026-04-01T00:00:00Z"),
+            Some(ts("2027-01-04T09:30:00Z"))
+        );
+        assert_eq!(
+            next("0 12 1,15 * *", "2026-01-02T00:00:00Z"),
+            Some(ts("2026-01-15T12:00:00Z"))
+        );
+        assert_eq!(
+            next("5/20 * * * *", "2026-01-01T00:06:00Z"),
+            Some(ts("2026-01-01T00:25:00Z"))
+        );
+        assert_eq!(next("0 0 30 2 *", "2026-01-01T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn restricted_day_fields_match_either() {
+        // 2026-01-13 is a Tuesday; the 13th or any Friday.
+        assert_eq!(
+            next("0 0 13 * 5", "2026-01-10T00:00:00Z"),
+            Some(ts("2026-01-13T00:00:00Z"))
+        );
+        assert_eq!(
+            next("0 0 13 * 5", "2026-01-13T00:00:00Z"),
+            Some(ts("2026-01-16T00:00:00Z"))
+        );
+        // With `*` in day-of-month, only the weekday counts.
+        assert_eq!(
+            next("0 0 * * 5", "2026-01-10T00:00:00Z"),
+            Some(ts("2026-01-16T00:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn time_zones_come_from_the_prefix() {
+        let s = parse("TZ=America/New_York 0 9 * * *").unwrap();
+        assert!(s.zone.is_some());
+        assert_eq!(
+            s.next_after(ts("2026-01-01T00:00:00Z"), &TimeZone::UTC),
+            Some(ts("2026-01-01T14:00:00Z"))
+        );
+        let s = parse("0 9 * * *").unwrap();
+        let tokyo = TimeZone::get("Asia/Tokyo").unwrap();
+        assert_eq!(
+            s.next_after(ts("2026-01-01T01:00:00Z"), &tokyo),
+            Some(ts("2026-01-02T00:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn bad_schedules_are_rejected() {
+        assert!(matches!(parse("* * * *"), Err(ScheduleError::Fields(4, _))));
+        assert_eq!(
+            parse("60 * * * *").unwrap_err().to_string(),
+            "end of range (60) above maximum (59): 60"
+        );
+        assert_eq!(
+            parse("* * * * 7").unwrap_err().to_string(),
+            "end of range (7) above maximum (6): 7"
+        );
+        assert_eq!(
+            parse("x * * * *").unwrap_err().to_string(),
+            "failed to parse int from x: strconv.Atoi: parsing \"x\": invalid syntax"
+        );
+        assert_eq!(
+            parse("5-1 * * * *").unwrap_err().to_string(),
+            "beginning of range (5) beyond end of range (1): 5-1"
+        );
+        assert_eq!(
+            parse("* * * *").unwrap_err().to_string(),
+            "expected exactly 5 fields, found 4: * * * *"
+        );
+        assert!(matches!(
+            parse("@fortnightly"),
+            Err(ScheduleError::Descriptor(_))
+        ));
+        assert!(matches!(
+            parse("TZ=Nowhere/City * * * * *"),
+            Err(ScheduleError::Location(_))
+        ));
+        assert!(matches!(parse("*/0 * * * *"), Err(ScheduleError::Field(_))));
     }
 }

@@ -13,6 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::{SignedDuration, Timestamp};
+
+use crate::quantity::Quantity as ParsedQuantity;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec, MetricStatus};
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition};
@@ -1949,176 +1951,10 @@ fn binding_cells(
 /// `1.5Gi` is `1536Mi`; values finer than a nano are rounded up. A string that does not parse
 /// (or overflows) is returned unchanged.
 fn canonical_quantity(s: &str) -> String {
-    parse_quantity(s.trim()).map_or_else(
+    ParsedQuantity::parse(s).map_or_else(
         || s.to_string(),
         |q| q.canonical().unwrap_or_else(|| s.to_string()),
     )
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum QuantityFormat {
-    DecimalSI,
-    BinarySI,
-    DecimalExponent,
-}
-
-/// `mantissa × 10^scale`, and the format its suffix asked for.
-#[derive(Clone, Copy, Debug)]
-struct ParsedQuantity {
-    mantissa: i128,
-    scale: i32,
-    format: QuantityFormat,
-}
-
-fn parse_quantity(s: &str) -> Option<ParsedQuantity> {
-    let (negative, rest) = match s.as_bytes().first()? {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let int_end = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    let (int_part, rest) = rest.split_at(int_end);
-    let (frac_part, suffix) = match rest.strip_prefix('.') {
-        Some(r) => {
-            let end = r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len());
-            r.split_at(end)
-        }
-        None => ("", rest),
-    };
-    if int_part.is_empty() && frac_part.is_empty() {
-        return None;
-    }
-    let (format, base10_exp, binary_exp) = match suffix {
-        "" => (QuantityFormat::DecimalSI, 0, 0),
-        "n" => (QuantityFormat::DecimalSI, -9, 0),
-        "u" => (QuantityFormat::DecimalSI, -6, 0),
-        "m" => (QuantityFormat::DecimalSI, -3, 0),
-        "k" => (QuantityFormat::DecimalSI, 3, 0),
-        "M" => (QuantityFormat::DecimalSI, 6, 0),
-        "G" => (QuantityFormat::DecimalSI, 9, 0),
-        "T" => (QuantityFormat::DecimalSI, 12, 0),
-        "P" => (QuantityFormat::DecimalSI, 15, 0),
-        "E" => (QuantityFormat::DecimalSI, 18, 0),
-        "Ki" => (QuantityFormat::BinarySI, 0, 10),
-        "Mi" => (QuantityFormat::BinarySI, 0, 20),
-        "Gi" => (QuantityFormat::BinarySI, 0, 30),
-        "Ti" => (QuantityFormat::BinarySI, 0, 40),
-        "Pi" => (QuantityFormat::BinarySI, 0, 50),
-        "Ei" => (QuantityFormat::BinarySI, 0, 60),
-        e if e.starts_with(['e', 'E']) => {
-            let exp: i32 = e[1..].parse().ok()?;
-            (QuantityFormat::DecimalExponent, exp, 0)
-        }
-        _ => return None,
-    };
-    let digits = format!("{int_part}{frac_part}");
-    let mut mantissa: i128 = digits.parse().ok()?;
-    mantissa = mantissa.checked_mul(1i128.checked_shl(binary_exp)?)?;
-    if negative {
-        mantissa = -mantissa;
-    }
-    let scale = base10_exp.checked_sub(i32::try_from(frac_part.len()).ok()?)?;
-    let parsed = ParsedQuantity {
-        mantissa,
-        scale,
-        format,
-    };
-    Some(parsed.round_up_to_nano())
-}
-
-impl ParsedQuantity {
-    /// Upstream keeps nine decimal places, rounding the rest away from zero.
-    fn round_up_to_nano(mut self) -> ParsedQuantity {
-        while self.scale < -9 {
-            let rem = self.mantissa % 10;
-            self.mantissa /= 10;
-            if rem > 0 {
-                self.mantissa += 1;
-            } else if rem < 0 {
-                self.mantissa -= 1;
-            }
-            self.scale += 1;
-        }
-        self
-    }
-
-    /// The value as an integer, when it is one.
-    fn as_integer(&self) -> Option<i128> {
-        if self.scale >= 0 {
-            self.mantissa
-                .checked_mul(10i128.checked_pow(self.scale.unsigned_abs())?)
-        } else {
-            let div = 10i128.checked_pow(self.scale.unsigned_abs())?;
-            (self.mantissa % div == 0).then_some(self.mantissa / div)
-        }
-    }
-
-    fn canonical(&self) -> Option<String> {
-        if self.mantissa == 0 {
-            return Some("0".to_string());
-        }
-        let mut format = self.format;
-        let mut integer = None;
-        if format == QuantityFormat::BinarySI {
-            match self.as_integer() {
-                Some(v) if !(-1024 < v && v < 1024) => integer = Some(v),
-                // Small or fractional binary values print in decimal, without rounding.
-                _ => format = QuantityFormat::DecimalSI,
-            }
-        }
-        if let Some(mut v) = integer {
-            let mut exp = 0;
-            while v.abs() >= 1024 && v % 1024 == 0 {
-                v /= 1024;
-                exp += 1;
-            }
-            let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"].get(exp)?;
-            return Some(format!("{v}{suffix}"));
-        }
-        // Decimal: strip trailing zeros, then lower the exponent to a multiple of three.
-        let mut m = self.mantissa;
-        let mut exp = self.scale;
-        while m.abs() >= 10 && m % 10 == 0 {
-            m /= 10;
-            exp += 1;
-        }
-        match exp.rem_euclid(3) {
-            1 => {
-                m = m.checked_mul(10)?;
-                exp -= 1;
-            }
-            2 => {
-                m = m.checked_mul(100)?;
-                exp -= 2;
-            }
-            _ => {}
-        }
-        let suffix = if format == QuantityFormat::DecimalExponent {
-            if exp == 0 {
-                String::new()
-            } else {
-                format!("e{exp}")
-            }
-        } else {
-            match exp {
-                -9 => "n",
-                -6 => "u",
-                -3 => "m",
-                0 => "",
-                3 => "k",
-                6 => "M",
-                9 => "G",
-                12 => "T",
-                15 => "P",
-                18 => "E",
-                _ => return None,
-            }
-            .to_string()
-        };
-        Some(format!("{m}{suffix}"))
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -3607,30 +3443,10 @@ mod tests {
 
     #[test]
     fn quantities() {
+        // Quantity's own tests cover the forms; the column falls back to the text as given.
         for (input, want) in [
-            ("1Gi", "1Gi"),
             ("1024Mi", "1Gi"),
-            ("1000Mi", "1000Mi"),
-            ("1536Mi", "1536Mi"),
-            ("1.5Gi", "1536Mi"),
-            ("0.5Gi", "512Mi"),
-            ("1Ki", "1Ki"),
-            ("512", "512"),
-            ("1000", "1k"),
-            ("1200", "1200"),
-            ("12000", "12k"),
-            ("100M", "100M"),
-            ("1500m", "1500m"),
             ("0.5", "500m"),
-            ("1.5", "1500m"),
-            ("100m", "100m"),
-            ("0.1Ki", "102400m"),
-            ("1e3", "1e3"),
-            ("1.5e3", "1500"),
-            ("0", "0"),
-            ("0Gi", "0"),
-            ("0.0000000001", "1n"),
-            ("-1500m", "-1500m"),
             ("garbage", "garbage"),
         ] {
             assert_eq!(canonical_quantity(input), want, "{input}");

@@ -8,13 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use http::HeaderMap;
 use minik8s_api::{ApiError, Target};
 
-use crate::handlers::codec::status_response;
 use crate::serviceaccount::{self, ServiceAccountTokens};
 
 /// A user's extra attributes (upstream's `user.Info.GetExtra()`).
@@ -184,69 +180,13 @@ pub fn user_from_certificate(der: &[u8]) -> Option<UserInfo> {
 }
 
 /// Paths anyone may read, as upstream's system:public-info-viewer allows.
-fn public(path: &str) -> bool {
+pub fn public(path: &str) -> bool {
     matches!(
         path,
         "/healthz" | "/livez" | "/readyz" | "/version" | "/version/"
     ) || path.starts_with("/healthz/")
         || path.starts_with("/livez/")
         || path.starts_with("/readyz/")
-}
-
-/// Middleware: attaches a `UserInfo` (and its `UserExtra`) to the request or answers 401;
-/// then applies impersonation headers.
-pub async fn authenticate(
-    State(auth): State<std::sync::Arc<Authenticator>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let bearer = req
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(|t| t.trim().to_string());
-    let user = match (req.extensions().get::<ClientCertIdentity>(), bearer) {
-        (_, Some(token)) => match auth.bearer(&token).await {
-            Some(u) => Some(u),
-            None => return status_response(&ApiError::unauthorized()),
-        },
-        (Some(cert), None) => Some((cert.0.clone(), Extra::new())),
-        (None, None) => None,
-    };
-    let (user, extra) = match user {
-        Some((mut u, extra)) => {
-            if !u.groups.iter().any(|g| g == "system:authenticated") {
-                u.groups.push("system:authenticated".into());
-            }
-            (u, extra)
-        }
-        None if public(req.uri().path()) => (UserInfo::anonymous(), Extra::new()),
-        None => return status_response(&ApiError::unauthorized()),
-    };
-    let (user, extra) = match impersonate(&user, req.headers()) {
-        Ok(Some(acting)) => {
-            tracing::debug!(user = %user.name, as_user = %acting.0.name, "impersonating");
-            let headers = req.headers_mut();
-            let names: Vec<_> = headers
-                .keys()
-                .filter(|k| k.as_str().starts_with("impersonate-"))
-                .cloned()
-                .collect();
-            for name in names {
-                headers.remove(name);
-            }
-            acting
-        }
-        Ok(None) => (user, extra),
-        Err(e) => return status_response(&e),
-    };
-    req.extensions_mut().insert(user);
-    req.extensions_mut().insert(UserExtra(extra));
-    next.run(req).await
 }
 
 /// One thing a request asks to act as, with what upstream's filter authorizes it as.

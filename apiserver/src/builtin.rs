@@ -51,7 +51,20 @@ fn registry<K: Kind>(server: &ApiServer, group: &str, plural: &str) -> GenericRe
         .into_iter()
         .find(|r| r.group == group && r.plural == plural)
         .unwrap_or_else(|| panic!("{plural}.{group} is missing from the resource table"));
-    GenericRegistry::new(BuiltIn::<K>::new(info), server.store.clone())
+    crate::admission::namespaced(
+        GenericRegistry::new(BuiltIn::<K>::new(info), server.store.clone()),
+        &server.options.admission,
+        server.options.namespaces.as_ref(),
+    )
+}
+
+/// The namespaces registry keeps the namespace cache up to date with its own writes.
+fn namespaces(server: &ApiServer) -> ResourceEndpoint<BuiltIn<Namespace>> {
+    let mut registry = registry::<Namespace>(server, "", "namespaces");
+    if let Some(cache) = &server.options.namespaces {
+        registry = registry.with_hooks(cache.clone());
+    }
+    ResourceEndpoint::new(Arc::new(registry), server.options.clone())
 }
 
 /// Pods pass the admission plugins that read other objects.
@@ -76,8 +89,7 @@ pub fn register(server: &ApiServer) {
     }
     add(
         server,
-        endpoint::<Namespace>(server, "", "namespaces")
-            .with_extension(Arc::new(NamespaceExtension)),
+        namespaces(server).with_extension(Arc::new(NamespaceExtension)),
     );
     add(server, pods(server).with_extension(Arc::new(PodExtension)));
     add(server, services(server));

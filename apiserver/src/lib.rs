@@ -7,7 +7,7 @@
 pub mod admission;
 pub mod auth;
 pub mod builtin;
-pub mod fieldmanager;
+pub mod crds;
 pub mod handlers;
 pub mod kubelet;
 pub mod metrics;

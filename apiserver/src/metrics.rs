@@ -131,10 +131,14 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition of every metric.
+    /// This server's metrics, then the process-wide ones (the default registry: components
+    /// running in this process, such as the controllers' reconcile panics).
     pub fn render(&self) -> String {
+        let mut families = self.registry.gather();
+        families.extend(prometheus::default_registry().gather());
         let mut buf = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
+            .encode(&families, &mut buf)
             .expect("text encoding");
         String::from_utf8(buf).expect("utf-8 metrics")
     }

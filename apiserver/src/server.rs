@@ -416,7 +416,7 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
         )?));
     server.bootstrap().await.map_err(ServerError::Bootstrap)?;
     // Serves the custom resources of the stored CRDs before answering, then follows changes.
-    crate::registry::crd_controller::start(&server).await?;
+    crate::crds::start(&server).await?;
     Ok(Prepared {
         server,
         pki,

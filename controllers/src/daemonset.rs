@@ -24,27 +24,20 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use minik8s_api::selector::{Selector, SelectorError};
+use minik8s_api::selector::Selector;
 
+use crate::informers::Informers;
 use crate::util::controller_ref::{claim, controller_of, controller_ref};
 use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
 use crate::util::pods::{is_available, is_ready, phase, pod_from_template};
+use crate::util::reconciler::Error;
 use crate::util::runtime;
 
 const REPORTER: &str = "daemonset-controller";
 pub const REVISION_HASH: &str = "controller-revision-hash";
 pub const TEMPLATE_GENERATION: &str = "pod-template-generation";
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-    #[error("daemonset {ds} has an invalid selector: {source}")]
-    Selector { ds: String, source: SelectorError },
-}
 
 struct Ctx {
     client: Client,
@@ -54,10 +47,18 @@ struct Ctx {
     recorder: Recorder,
 }
 
-pub async fn run(client: Client) {
-    let (sets, ds_writer) = runtime::cache::<DaemonSet>();
-    let (pods, pod_writer) = runtime::cache::<Pod>();
-    let (nodes, node_writer) = runtime::cache::<Node>();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let (set_informer, pod_informer, node_informer) = (
+        informers.of::<DaemonSet>(),
+        informers.of::<Pod>(),
+        informers.of::<Node>(),
+    );
+    let (sets, pods, nodes) = (
+        set_informer.store(),
+        pod_informer.store(),
+        node_informer.store(),
+    );
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods: pods.clone(),
@@ -71,27 +72,12 @@ pub async fn run(client: Client) {
             },
         ),
     });
-    let ds_events = runtime::watch(
-        Api::<DaemonSet>::all(client.clone()),
-        watcher::Config::default(),
-        ds_writer,
-        |_| {},
-    );
+    let ds_events = set_informer.touched();
     let pod_events = {
         let ctx = ctx.clone();
-        runtime::watch(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default(),
-            pod_writer,
-            move |e| observe_pods(&ctx.expectations, &ctx.pods, "DaemonSet", e),
-        )
+        pod_informer.touched_after(move |c| observe_pods(&ctx.expectations, "DaemonSet", c))
     };
-    let node_events = runtime::watch(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        node_writer,
-        |_| {},
-    );
+    let node_events = node_informer.touched();
     let pod_keys = {
         let sets = sets.clone();
         pod_events.flat_map(move |pod| stream::iter(sets_of_pod(&sets, &pod)))
@@ -109,18 +95,10 @@ pub async fn run(client: Client) {
         })
     };
     let queue = stream::select(
-        ds_events.map(|d| ObjectRef::from_obj(&d)),
+        ds_events.map(|d| ObjectRef::from_obj(d.as_ref())),
         stream::select(pod_keys, node_keys),
     );
-    runtime::run(
-        "daemonset",
-        sets,
-        queue,
-        reconcile,
-        ctx,
-        Duration::from_secs(1),
-    )
-    .await
+    runtime::run("daemonset", sets, queue, reconcile, ctx).await
 }
 
 fn sets_of_pod(sets: &Store<DaemonSet>, pod: &Pod) -> Vec<ObjectRef<DaemonSet>> {
@@ -413,11 +391,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
     let now = Timestamp::now();
 
-    let selector =
-        Selector::from_label_selector(Some(&spec.selector)).map_err(|source| Error::Selector {
-            ds: key.clone(),
-            source,
-        })?;
+    let selector = Selector::from_label_selector(Some(&spec.selector))?;
     let candidates = ctx
         .pods
         .state()

@@ -16,26 +16,21 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use tracing::Instrument;
 
+use crate::informers::Informers;
 use crate::util::pods::is_ready;
 use crate::util::queue::KeyQueue;
+use crate::util::reconciler::{Error, guarded};
 use crate::util::service_pods::{
     HEADLESS_LABEL, LAST_CHANGE_TRIGGER_TIME, Memberships, TriggerTimeTracker, find_port,
     format_time, is_headless, key, pod_ips_of, reflect, selects, service_key,
     should_pod_be_in_endpoints, should_set_hostname,
 };
+use kube::runtime::controller::Action;
 
 /// Upstream's default `--concurrent-endpoint-syncs`.
 const WORKERS: usize = 5;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-}
 
 struct Ctx {
     client: Client,
@@ -47,29 +42,23 @@ struct Ctx {
 }
 
 /// Runs the controller until dropped.
-pub async fn run(client: Client) {
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
     let queue = KeyQueue::new();
     let memberships = Arc::new(Memberships::default());
     let q = queue.clone();
-    let (services, services_run) = reflect(
-        Api::<Service>::all(client.clone()),
-        watcher::Config::default(),
-        move |s: &Service, _| q.add(service_key(s)),
-    );
+    let (services, services_run) = reflect(informers.of::<Service>(), move |s: &Service, _| {
+        q.add(service_key(s))
+    });
     let (q, known, m) = (queue.clone(), services.clone(), memberships.clone());
-    let (pods, pods_run) = reflect(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        move |p: &Pod, deleted| {
-            for k in m.services_for(p, deleted, &known) {
-                q.add(k);
-            }
-        },
-    );
+    let (pods, pods_run) = reflect(informers.of::<Pod>(), move |p: &Pod, deleted| {
+        for k in m.services_for(p, deleted, &known) {
+            q.add(k);
+        }
+    });
     let q = queue.clone();
     let (endpoints, endpoints_run) = reflect(
-        Api::<Endpoints>::all(client.clone()),
-        watcher::Config::default(),
+        informers.of::<Endpoints>(),
         move |e: &Endpoints, deleted| {
             // A deleted Endpoints of a selected Service is made again.
             if deleted {
@@ -112,9 +101,9 @@ pub async fn run(client: Client) {
 async fn worker(ctx: Arc<Ctx>, queue: KeyQueue) {
     loop {
         let key = queue.next().await;
-        let span = tracing::info_span!("sync endpoints", service = %key);
-        match sync(&ctx, &key).instrument(span).await {
-            Ok(()) => queue.forget(&key),
+        let work = async { sync(&ctx, &key).await.map(|()| Action::await_change()) };
+        match guarded("endpoint", key.clone(), work).await {
+            Ok(_) => queue.forget(&key),
             Err(e) => {
                 tracing::warn!(service = %key, error = %e, "syncing endpoints failed");
                 queue.add_rate_limited(&key);

@@ -20,15 +20,17 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use tracing::Instrument;
 
+use crate::informers::Informers;
 use crate::util::controller_ref::controller_ref;
 use crate::util::queue::KeyQueue;
+use crate::util::reconciler::{Error, guarded};
 use crate::util::service_pods::{
     LAST_CHANGE_TRIGGER_TIME, Memberships, TriggerTimeTracker, find_port, format_time,
     inherited_labels, key, pod_ips_of, reflect, selects, service_key, should_pod_be_in_endpoints,
     should_set_hostname,
 };
+use kube::runtime::controller::Action;
 
 pub const CONTROLLER_NAME: &str = "endpointslice-controller.k8s.io";
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
@@ -38,14 +40,6 @@ pub const MAX_ENDPOINTS_PER_SLICE: usize = 100;
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Upstream's default `--concurrent-service-endpoint-syncs`.
 const WORKERS: usize = 5;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-    #[error("endpoint slice cache is out of date for {0}")]
-    Stale(String),
-}
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -143,39 +137,30 @@ struct Ctx {
 }
 
 /// Runs the controller until dropped.
-pub async fn run(client: Client) {
-    run_with(client, Config::default()).await
+pub async fn run(informers: Arc<Informers>) {
+    run_with(informers, Config::default()).await
 }
 
-pub async fn run_with(client: Client, config: Config) {
+pub async fn run_with(informers: Arc<Informers>, config: Config) {
+    let client = informers.client();
     let queue = KeyQueue::new();
     let memberships = Arc::new(Memberships::default());
     let q = queue.clone();
-    let (services, services_run) = reflect(
-        Api::<Service>::all(client.clone()),
-        watcher::Config::default(),
-        move |s: &Service, _| q.add(service_key(s)),
-    );
+    let (services, services_run) = reflect(informers.of::<Service>(), move |s: &Service, _| {
+        q.add(service_key(s))
+    });
     let (q, known, m) = (queue.clone(), services.clone(), memberships.clone());
-    let (pods, pods_run) = reflect(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        move |p: &Pod, deleted| {
-            for k in m.services_for(p, deleted, &known) {
-                q.add(k);
-            }
-        },
-    );
-    let (nodes, nodes_run) = reflect(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        |_: &Node, _| {},
-    );
+    let (pods, pods_run) = reflect(informers.of::<Pod>(), move |p: &Pod, deleted| {
+        for k in m.services_for(p, deleted, &known) {
+            q.add(k);
+        }
+    });
+    let (nodes, nodes_run) = reflect(informers.of::<Node>(), |_: &Node, _| {});
     let ctx_slot: Arc<std::sync::OnceLock<Arc<Ctx>>> = Arc::default();
     let (q, slot) = (queue.clone(), ctx_slot.clone());
+    let managed = format!("{MANAGED_BY_LABEL}={CONTROLLER_NAME}");
     let (slices, slices_run) = reflect(
-        Api::<EndpointSlice>::all(client.clone()),
-        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={CONTROLLER_NAME}")),
+        informers.selected::<EndpointSlice>(watcher::Config::default().labels(&managed), &managed),
         move |s: &EndpointSlice, deleted| {
             let Some(name) = s.labels().get(SERVICE_NAME_LABEL) else {
                 return;
@@ -224,9 +209,9 @@ pub async fn run_with(client: Client, config: Config) {
 async fn worker(ctx: Arc<Ctx>, queue: KeyQueue) {
     loop {
         let key = queue.next().await;
-        let span = tracing::info_span!("sync endpointslices", service = %key);
-        match sync(&ctx, &key).instrument(span).await {
-            Ok(()) => queue.forget(&key),
+        let work = async { sync(&ctx, &key).await.map(|()| Action::await_change()) };
+        match guarded("endpointslice", key.clone(), work).await {
+            Ok(_) => queue.forget(&key),
             Err(e) => {
                 if !matches!(e, Error::Stale(_)) {
                     tracing::warn!(service = %key, error = %e, "syncing endpoint slices failed");

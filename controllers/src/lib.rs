@@ -10,6 +10,7 @@ pub mod endpoints;
 pub mod endpointslice;
 pub mod garbagecollector;
 pub mod hollow;
+pub mod informers;
 pub mod job;
 pub mod leader;
 pub mod manager;

@@ -3,7 +3,9 @@
 
 use std::future::Future;
 
-use kube::Client;
+use std::sync::Arc;
+
+use crate::informers::Informers;
 use tokio::task::JoinSet;
 
 use crate::leader::{LeaderElectionConfig, run_while_leader};
@@ -51,7 +53,7 @@ impl ControllerManagerOptions {
 }
 
 /// The controllers by name, each a future that runs until dropped.
-type Starter = fn(Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+type Starter = fn(Arc<Informers>) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn controllers() -> Vec<(&'static str, Starter)> {
     vec![
@@ -64,7 +66,7 @@ fn controllers() -> Vec<(&'static str, Starter)> {
             Box::pin(crate::ttl_after_finished::run(c))
         }),
         ("garbagecollector", |c| {
-            Box::pin(crate::garbagecollector::run(c))
+            Box::pin(crate::garbagecollector::run(c.client()))
         }),
         ("namespace", |c| Box::pin(crate::namespace::run(c))),
         ("serviceaccount", |c| {
@@ -88,31 +90,34 @@ fn controllers() -> Vec<(&'static str, Starter)> {
 const NODE_IPAM: &str = "node-ipam-controller";
 const ROOT_CA_PUBLISHER: &str = "root-ca-certificate-publisher-controller";
 
-async fn node_ipam(client: Client, config: crate::nodeipam::NodeIpamConfig) {
-    if let Err(e) = crate::nodeipam::run(client, config).await {
+async fn node_ipam(informers: Arc<Informers>, config: crate::nodeipam::NodeIpamConfig) {
+    if let Err(e) = crate::nodeipam::run(informers, config).await {
         tracing::error!(error = %e, "node-ipam-controller cannot start");
     }
 }
 
-/// Runs the enabled controllers until they are dropped.
-pub async fn run_controllers(client: Client, options: &ControllerManagerOptions) {
+/// Runs the enabled controllers, on the process's shared informers, until they are dropped.
+pub async fn run_controllers(informers: Arc<Informers>, options: &ControllerManagerOptions) {
     let mut set = JoinSet::new();
     for (name, start) in controllers() {
         if options.enabled(name) {
             tracing::info!(controller = name, "starting controller");
-            set.spawn(start(client.clone()));
+            set.spawn(start(informers.clone()));
         }
     }
     if options.enabled(NODE_IPAM) {
         tracing::info!(controller = NODE_IPAM, "starting controller");
-        set.spawn(node_ipam(client.clone(), options.node_ipam.clone()));
+        set.spawn(node_ipam(informers.clone(), options.node_ipam.clone()));
     }
     if options.enabled(ROOT_CA_PUBLISHER) {
         // As upstream, it runs only when there is a CA to publish.
         match &options.root_ca {
             Some(ca) => {
                 tracing::info!(controller = ROOT_CA_PUBLISHER, "starting controller");
-                set.spawn(crate::rootcacertpublisher::run(client.clone(), ca.clone()));
+                set.spawn(crate::rootcacertpublisher::run(
+                    informers.clone(),
+                    ca.clone(),
+                ));
             }
             None => tracing::info!(
                 controller = ROOT_CA_PUBLISHER,
@@ -130,22 +135,22 @@ pub async fn run_controllers(client: Client, options: &ControllerManagerOptions)
 
 /// The controller-manager: leader-elected unless told otherwise; returns after `shutdown`.
 pub async fn run(
-    client: Client,
+    informers: Arc<Informers>,
     options: ControllerManagerOptions,
     shutdown: impl Future<Output = ()>,
 ) {
     if !options.leader_elect {
         tokio::select! {
-            _ = run_controllers(client, &options) => {}
+            _ = run_controllers(informers, &options) => {}
             _ = shutdown => {}
         }
         return;
     }
     let config = LeaderElectionConfig::new("kube-controller-manager");
     run_while_leader(
-        client.clone(),
+        informers.client(),
         config,
-        || run_controllers(client.clone(), &options),
+        || run_controllers(informers.clone(), &options),
         shutdown,
     )
     .await

@@ -19,42 +19,27 @@ use kube::api::{
 };
 use kube::discovery::{Discovery, Scope, verbs};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use tracing::Instrument;
+
+use crate::informers::Informers;
+use crate::util::reconciler::{Error, Reconciler};
 
 /// The finalizer this controller owns.
 pub const FINALIZER: &str = "kubernetes";
 /// Upstream's wait for content that still has finalizers (finalizerEstimateSeconds).
 const FINALIZER_ESTIMATE_SECONDS: i64 = 15;
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-    #[error("{0}")]
-    Content(String),
-}
-
 struct Ctx {
     client: Client,
 }
 
 /// Runs the namespace controller until dropped.
-pub async fn run(client: Client) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    Controller::new(api, watcher::Config::default())
-        .run(
-            |ns, ctx| {
-                let span = tracing::info_span!("namespace", name = %ns.name_any());
-                reconcile(ns, ctx).instrument(span)
-            },
-            |_, e, _| {
-                tracing::info!(error = %e, "namespace deletion will be retried");
-                Action::requeue(Duration::from_secs(1))
-            },
-            Arc::new(Ctx { client }),
-        )
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let namespaces = informers.of::<Namespace>();
+    let (reconcile, error_policy) = Reconciler::new("namespace", reconcile).split();
+    Controller::for_shared_stream(namespaces.touched(), namespaces.store())
+        .run(reconcile, error_policy, Arc::new(Ctx { client }))
         .for_each(|_| async {})
         .await
 }
@@ -95,7 +80,7 @@ async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             .await?;
     }
     if let Some(err) = progress.error() {
-        return Err(Error::Content(err));
+        return Err(Error::failed(err));
     }
     if progress.estimate > 0 {
         tracing::debug!(

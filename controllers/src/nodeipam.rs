@@ -19,9 +19,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use tracing::Instrument;
+
+use crate::informers::Informers;
+use crate::util::reconciler::{Error, Reconciler};
 
 /// Upstream records the IPAM events as the node controller.
 pub const REPORTER: &str = "node-controller";
@@ -44,10 +45,9 @@ impl Default for NodeIpamConfig {
     }
 }
 
+/// Why the cluster CIDR cannot be split into node ranges.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
+pub enum CidrError {
     #[error("invalid CIDR {0:?}")]
     Cidr(String),
     #[error("node mask /{mask} does not fit in cluster CIDR {cluster}")]
@@ -78,11 +78,12 @@ fn mask(bits: u8) -> u32 {
 }
 
 impl CidrSet {
-    pub fn new(cluster: &str, node_bits: u8) -> Result<CidrSet, Error> {
-        let (ip, cluster_bits) = parse_cidr(cluster).ok_or_else(|| Error::Cidr(cluster.into()))?;
+    pub fn new(cluster: &str, node_bits: u8) -> Result<CidrSet, CidrError> {
+        let (ip, cluster_bits) =
+            parse_cidr(cluster).ok_or_else(|| CidrError::Cidr(cluster.into()))?;
         // Upstream caps the number of node ranges at 2^16.
         if node_bits < cluster_bits || node_bits > 32 || node_bits - cluster_bits > 16 {
-            return Err(Error::Mask {
+            return Err(CidrError::Mask {
                 cluster: cluster.into(),
                 mask: node_bits,
             });
@@ -209,9 +210,11 @@ impl Ctx {
 }
 
 /// Runs the controller until dropped.
-pub async fn run(client: Client, config: NodeIpamConfig) -> Result<(), Error> {
+pub async fn run(informers: Arc<Informers>, config: NodeIpamConfig) -> Result<(), CidrError> {
+    let client = informers.client();
     let set = CidrSet::new(&config.cluster_cidr, config.node_cidr_mask_size)?;
-    let controller = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default());
+    let nodes = informers.of::<Node>();
+    let controller = Controller::for_shared_stream(nodes.touched(), nodes.store());
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         set,
@@ -228,23 +231,12 @@ pub async fn run(client: Client, config: NodeIpamConfig) -> Result<(), Error> {
             },
         ),
     });
+    let (reconcile, error_policy) = Reconciler::new("node-ipam-controller", reconcile_node).split();
     controller
-        .run(
-            reconcile,
-            |_, e, _| {
-                tracing::warn!(error = %e, "node ipam");
-                Action::requeue(Duration::from_secs(1))
-            },
-            ctx,
-        )
+        .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
         .await;
     Ok(())
-}
-
-async fn reconcile(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let span = tracing::info_span!("reconcile", controller = "node-ipam", node = %node.name_any());
-    reconcile_node(node, ctx).instrument(span).await
 }
 
 async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error> {

@@ -23,12 +23,15 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::Instrument;
 
+use crate::informers::Informers;
 use crate::util::taints::{self, NO_EXECUTE, NO_SCHEDULE};
+
+use crate::util::reconciler::{Error, Reconciler};
 
 pub const REPORTER: &str = "node-controller";
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -56,12 +59,6 @@ impl Default for NodeLifecycleConfig {
             node_startup_grace_period: Duration::from_secs(60),
         }
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
 }
 
 /// The last heartbeat seen from a node, by this process's clock (upstream's nodeHealthData:
@@ -97,31 +94,19 @@ struct Ctx {
 }
 
 /// Runs the controller until dropped.
-pub async fn run(client: Client, config: NodeLifecycleConfig) {
-    let (leases, lease_writer) = reflector::store();
-    let lease_stream = reflector::reflector(
-        lease_writer,
-        watcher(
-            Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let (pods, pod_writer) = reflector::store();
-    let pod_stream = reflector::reflector(
-        pod_writer,
-        watcher(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default().fields("spec.nodeName!="),
-        ),
-    )
-    .default_backoff()
-    .touched_objects()
-    .for_each(|_| async {});
+pub async fn run(informers: Arc<Informers>, config: NodeLifecycleConfig) {
+    let client = informers.client();
+    let lease_informer = informers.selected::<Lease>(
+        watcher::Config::default().fields(&format!("metadata.namespace={NODE_LEASE_NAMESPACE}")),
+        NODE_LEASE_NAMESPACE,
+    );
+    let leases = lease_informer.store();
+    let lease_stream = lease_informer.touched();
+    let pods = informers.of::<Pod>().store();
+    let nodes = informers.of::<Node>();
     let (all, all_rx) = mpsc::unbounded();
-    let controller = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .reconcile_all_on(all_rx);
+    let controller =
+        Controller::for_shared_stream(nodes.touched(), nodes.store()).reconcile_all_on(all_rx);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         config,
@@ -140,20 +125,14 @@ pub async fn run(client: Client, config: NodeLifecycleConfig) {
         all,
     });
     // Renewals reach the node of the same name, after the lease store has them.
-    let controller = controller
-        .watches_stream(lease_stream, |lease: Lease| {
+    let (reconcile, error_policy) = Reconciler::new("node-lifecycle-controller", reconcile).split();
+    controller
+        .watches_shared_stream(lease_stream, |lease: Arc<Lease>| {
             Some(ObjectRef::<Node>::new(&lease.name_any()))
         })
-        .run(
-            reconcile,
-            |_, e, _| {
-                tracing::warn!(error = %e, "node lifecycle");
-                Action::requeue(Duration::from_secs(1))
-            },
-            ctx,
-        )
-        .for_each(|_| async {});
-    tokio::join!(pod_stream, controller);
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
 }
 
 fn condition<'a>(node: &'a Node, ty: &str) -> Option<&'a NodeCondition> {

@@ -18,13 +18,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
+use crate::informers::Informers;
 use crate::util::pods::is_terminal;
 use crate::util::taints::{self, OUT_OF_SERVICE};
+
+use crate::util::reconciler::{Error, Reconciler};
 
 /// Flags named after kube-controller-manager's.
 #[derive(Clone, Debug)]
@@ -45,12 +47,6 @@ impl Default for PodGcConfig {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-}
-
 struct Ctx {
     client: Client,
     config: PodGcConfig,
@@ -69,27 +65,24 @@ fn node_name(pod: &Pod) -> Option<&str> {
 }
 
 /// Runs the collector until dropped.
-pub async fn run(client: Client, config: PodGcConfig) {
-    let (nodes, node_writer) = reflector::store();
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
-    let controller = Controller::new(Api::<Pod>::all(client.clone()), watcher::Config::default());
-    let pods = controller.store();
+pub async fn run(informers: Arc<Informers>, config: PodGcConfig) {
+    let client = informers.client();
+    let (node_informer, pod_informer) = (informers.of::<Node>(), informers.of::<Pod>());
+    let nodes = node_informer.store();
+    let controller = Controller::for_shared_stream(pod_informer.touched(), pod_informer.store());
+    let pods = pod_informer.store();
     let mapped = pods.clone();
     // A node's deletion, readiness or taints reach the pods bound to it.
-    let controller = controller.watches_stream(node_stream, move |node: Node| {
-        let name = node.name_any();
-        mapped
-            .state()
-            .into_iter()
-            .filter(|p| node_name(p) == Some(name.as_str()))
-            .map(|p| ObjectRef::from_obj(&*p))
-            .collect::<Vec<_>>()
-    });
+    let controller =
+        controller.watches_shared_stream(node_informer.touched(), move |node: Arc<Node>| {
+            let name = node.name_any();
+            mapped
+                .state()
+                .into_iter()
+                .filter(|p| node_name(p) == Some(name.as_str()))
+                .map(|p| ObjectRef::from_obj(&*p))
+                .collect::<Vec<_>>()
+        });
     let ctx = Arc::new(Ctx {
         client,
         config,
@@ -97,15 +90,9 @@ pub async fn run(client: Client, config: PodGcConfig) {
         nodes,
         missing_since: Mutex::default(),
     });
+    let (reconcile, error_policy) = Reconciler::new("pod-garbage-collector", reconcile).split();
     controller
-        .run(
-            reconcile,
-            |_, e, _| {
-                tracing::warn!(error = %e, "pod gc");
-                Action::requeue(Duration::from_secs(1))
-            },
-            ctx,
-        )
+        .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }

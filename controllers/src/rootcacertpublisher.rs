@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -14,9 +13,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use tracing::Instrument;
+
+use crate::informers::Informers;
+use crate::util::reconciler::{Error, Reconciler};
 
 pub const CONFIG_MAP: &str = "kube-root-ca.crt";
 pub const DATA_KEY: &str = "ca.crt";
@@ -30,40 +31,33 @@ struct Ctx {
 }
 
 /// Runs the publisher until dropped; `root_ca` is the PEM bundle to publish.
-pub async fn run(client: Client, root_ca: String) {
-    let config = watcher::Config::default().fields(&format!("metadata.name={CONFIG_MAP}"));
-    let (config_maps, writer) = reflector::store();
-    // A change to any of the ConfigMaps is a change of its namespace. The reflector updates
-    // the cache before it passes the event on, so the reconcile sees the change.
-    let changes = reflector(
-        writer,
-        watcher(Api::<ConfigMap>::all(client.clone()), config),
-    )
-    .default_backoff()
-    .touched_objects()
-    .filter_map(|cm| async move { Some(ObjectRef::<Namespace>::new(&cm.ok()?.namespace()?)) });
-    Controller::new(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .reconcile_on(changes)
-    .run(
-        |ns, ctx| {
-            let span = tracing::info_span!("rootcacertpublisher", namespace = %ns.name_any());
-            reconcile(ns, ctx).instrument(span)
-        },
-        |_, e, _| {
-            tracing::info!(error = %e, "the root CA ConfigMap will be retried");
-            Action::requeue(Duration::from_secs(1))
-        },
-        Arc::new(Ctx {
-            client,
-            config_maps,
-            root_ca,
-        }),
-    )
-    .for_each(|_| async {})
-    .await
+pub async fn run(informers: Arc<Informers>, root_ca: String) {
+    let client = informers.client();
+    let selection = format!("metadata.name={CONFIG_MAP}");
+    let cm_informer =
+        informers.selected::<ConfigMap>(watcher::Config::default().fields(&selection), &selection);
+    let config_maps = cm_informer.store();
+    // A change to any of the ConfigMaps is a change of its namespace. The cache holds the
+    // change before it goes out, so the reconcile sees it.
+    let changes = cm_informer
+        .touched()
+        .filter_map(|cm| async move { Some(ObjectRef::<Namespace>::new(&cm.namespace()?)) });
+    let (reconcile, error_policy) =
+        Reconciler::new("root-ca-certificate-publisher-controller", reconcile).split();
+    let namespaces = informers.of::<Namespace>();
+    Controller::for_shared_stream(namespaces.touched(), namespaces.store())
+        .reconcile_on(changes)
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Ctx {
+                client,
+                config_maps,
+                root_ca,
+            }),
+        )
+        .for_each(|_| async {})
+        .await
 }
 
 /// What the ConfigMap must hold.
@@ -92,7 +86,7 @@ fn desired(current: &ConfigMap, root_ca: &str) -> Option<ConfigMap> {
     Some(cm)
 }
 
-async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = ns.name_any();
     let active = ns.metadata.deletion_timestamp.is_none()
         && ns.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Terminating");
@@ -124,7 +118,7 @@ async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
                 // started terminating meanwhile.
                 Err(kube::Error::Api(s))
                     if s.is_already_exists() || s.is_not_found() || s.is_forbidden() => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         Some(current) => {

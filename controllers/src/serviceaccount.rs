@@ -3,7 +3,6 @@
 //! with the namespace and again whenever someone deletes it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -11,10 +10,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher::Event;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use tracing::Instrument;
+
+use crate::informers::{Change, Informers};
+use crate::util::reconciler::{Error, Reconciler};
 
 pub const DEFAULT: &str = "default";
 
@@ -24,38 +24,27 @@ struct Ctx {
 }
 
 /// Runs the ServiceAccount controller until dropped.
-pub async fn run(client: Client) {
-    let accounts_api: Api<ServiceAccount> = Api::all(client.clone());
-    let config = watcher::Config::default().fields(&format!("metadata.name={DEFAULT}"));
-    let (accounts, writer) = reflector::store();
-    // Only a `default` account going away needs work. The reflector updates the cache before
-    // it passes an event on, so the reconciles this triggers see the account gone.
-    let gone = reflector(writer, watcher(accounts_api, config))
-        .default_backoff()
-        .filter_map(|event| async move {
-            matches!(event, Ok(Event::Delete(_) | Event::InitDone)).then_some(())
-        });
-    Controller::new(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .reconcile_all_on(gone)
-    .run(
-        |ns, ctx| {
-            let span = tracing::info_span!("serviceaccount", namespace = %ns.name_any());
-            reconcile(ns, ctx).instrument(span)
-        },
-        |_, e, _| {
-            tracing::info!(error = %e, "default service account will be retried");
-            Action::requeue(Duration::from_secs(1))
-        },
-        Arc::new(Ctx { client, accounts }),
-    )
-    .for_each(|_| async {})
-    .await
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let selection = format!("metadata.name={DEFAULT}");
+    let account_informer = informers
+        .selected::<ServiceAccount>(watcher::Config::default().fields(&selection), &selection);
+    let accounts = account_informer.store();
+    // Only a `default` account going away needs work. The cache has lost it before the
+    // change goes out, so the reconciles this triggers see the account gone.
+    let gone = account_informer.changes().filter_map(|change| async move {
+        matches!(change, Change::Deleted(_) | Change::Synced).then_some(())
+    });
+    let namespaces = informers.of::<Namespace>();
+    let (reconcile, error_policy) = Reconciler::new("serviceaccount", reconcile).split();
+    Controller::for_shared_stream(namespaces.touched(), namespaces.store())
+        .reconcile_all_on(gone)
+        .run(reconcile, error_policy, Arc::new(Ctx { client, accounts }))
+        .for_each(|_| async {})
+        .await
 }
 
-async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = ns.name_any();
     let active = ns.metadata.deletion_timestamp.is_none()
         && ns.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Terminating");
@@ -82,7 +71,7 @@ async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
         Ok(_) => tracing::info!("created the default service account"),
         // Not in the cache yet, or the namespace started terminating meanwhile.
         Err(kube::Error::Api(s)) if s.is_already_exists() || s.is_forbidden() => {}
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     }
     Ok(Action::await_change())
 }

@@ -18,20 +18,16 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use tracing::Instrument;
 
+use crate::informers::Informers;
 use crate::util::taints::{self, NO_EXECUTE};
 
-pub const REPORTER: &str = "taint-eviction-controller";
+use crate::util::reconciler::{Error, Reconciler};
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-}
+pub const REPORTER: &str = "taint-eviction-controller";
 
 struct Ctx {
     client: Client,
@@ -50,29 +46,27 @@ fn node_name(pod: &Pod) -> Option<&str> {
 }
 
 /// Runs the controller until dropped.
-pub async fn run(client: Client) {
-    let (nodes, node_writer) = reflector::store();
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
-    let controller = Controller::new(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().fields("spec.nodeName!="),
-    );
-    let pods = controller.store();
-    // Every change of a node reaches the pods bound to it. The node store is fed by the same
-    // stream before the mapper runs, so a reconcile never sees an older node than its trigger.
-    let controller = controller.watches_stream(node_stream, move |node: Node| {
-        let name = node.name_any();
-        pods.state()
-            .into_iter()
-            .filter(|p| node_name(p) == Some(name.as_str()))
-            .map(|p| ObjectRef::from_obj(&*p))
-            .collect::<Vec<_>>()
-    });
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let (node_informer, pod_informer) = (informers.of::<Node>(), informers.of::<Pod>());
+    let nodes = node_informer.store();
+    // Only bound pods can be evicted from a node.
+    let bound = pod_informer
+        .touched()
+        .filter(|p| futures::future::ready(node_name(p).is_some()));
+    let controller = Controller::for_shared_stream(bound, pod_informer.store());
+    let pods = pod_informer.store();
+    // Every change of a node reaches the pods bound to it. The informer's cache has the node
+    // before its change goes out, so a reconcile never sees an older node than its trigger.
+    let controller =
+        controller.watches_shared_stream(node_informer.touched(), move |node: Arc<Node>| {
+            let name = node.name_any();
+            pods.state()
+                .into_iter()
+                .filter(|p| node_name(p) == Some(name.as_str()))
+                .map(|p| ObjectRef::from_obj(&*p))
+                .collect::<Vec<_>>()
+        });
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         nodes: nodes.clone(),
@@ -85,15 +79,9 @@ pub async fn run(client: Client) {
         ),
         scheduled: Mutex::default(),
     });
+    let (reconcile, error_policy) = Reconciler::new("taint-eviction-controller", reconcile).split();
     controller
-        .run(
-            reconcile,
-            |_, e, _| {
-                tracing::warn!(error = %e, "taint eviction");
-                Action::requeue(Duration::from_secs(1))
-            },
-            ctx,
-        )
+        .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }

@@ -15,10 +15,11 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
+use crate::informers::Informers;
 use crate::util::clock::{Clock, RealClock};
+use crate::util::reconciler::Error;
 use crate::util::runtime;
 
 struct Ctx {
@@ -26,29 +27,16 @@ struct Ctx {
     clock: Arc<dyn Clock>,
 }
 
-pub async fn run(client: Client) {
-    run_with(client, Arc::new(RealClock)).await
+pub async fn run(informers: Arc<Informers>) {
+    run_with(informers, Arc::new(RealClock)).await
 }
 
-pub async fn run_with(client: Client, clock: Arc<dyn Clock>) {
-    let (jobs, writer) = runtime::cache::<Job>();
-    let events = runtime::watch(
-        Api::<Job>::all(client.clone()),
-        watcher::Config::default(),
-        writer,
-        |_| {},
-    );
-    let queue = events.map(|j| ObjectRef::from_obj(&j));
+pub async fn run_with(informers: Arc<Informers>, clock: Arc<dyn Clock>) {
+    let client = informers.client();
+    let jobs = informers.of::<Job>();
+    let queue = jobs.touched().map(|j| ObjectRef::from_obj(j.as_ref()));
     let ctx = Arc::new(Ctx { client, clock });
-    runtime::run(
-        "ttl-after-finished",
-        jobs,
-        queue,
-        reconcile,
-        ctx,
-        Duration::from_secs(1),
-    )
-    .await
+    runtime::run("ttl-after-finished", jobs.store(), queue, reconcile, ctx).await
 }
 
 /// When a finished Job with a TTL expires; `None` for Jobs that are not to be cleaned up.
@@ -76,7 +64,7 @@ fn left(now: Timestamp, at: Timestamp) -> Option<Duration> {
         .then(|| Duration::try_from(d).unwrap_or_default())
 }
 
-async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let Some(at) = expires_at(&job) else {
         return Ok(Action::await_change());
     };
@@ -105,7 +93,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> 
     match api.delete(&fresh.name_any(), &params).await {
         Ok(_) => Ok(Action::await_change()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Action::await_change()),
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -172,8 +172,8 @@ pub async fn run_controller_manager(
     client: ClientArgs,
     args: ControllerManagerArgs,
 ) -> anyhow::Result<()> {
-    let client = client.client().await?;
-    minik8s_controllers::manager::run(client, args.options()?, crate::shutdown_signal()).await;
+    let informers = minik8s_controllers::informers::Informers::new(client.client().await?);
+    minik8s_controllers::manager::run(informers, args.options()?, crate::shutdown_signal()).await;
     Ok(())
 }
 
@@ -184,6 +184,7 @@ pub async fn run_scheduler(
 ) -> anyhow::Result<()> {
     let client = client.client().await?;
     minik8s_controllers::scheduler::run(
+        minik8s_controllers::informers::Informers::new(client.clone()),
         client,
         args.options(leader_elect),
         crate::shutdown_signal(),

@@ -416,14 +416,19 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     }
     // The node agent's --cluster-cidr is the range the node IPAM controller splits.
     options.node_ipam.cluster_cidr = args.agent.cluster_cidr.clone();
+    // One watch and one cache per kind for the controllers and the scheduler of this process.
+    let informers = minik8s_controllers::informers::Informers::new(control::local_client(
+        minik8s_apiserver::router(prepared.server.clone()),
+        control::controller_manager_user(),
+    ));
     let controllers = (with_agent && !args.disable_controller_manager).then(|| {
-        let client = control::local_client(
-            minik8s_apiserver::router(prepared.server.clone()),
-            control::controller_manager_user(),
-        );
-        tokio::spawn(minik8s_controllers::manager::run(client, options, async {
-            let _ = controllers_stopped.await;
-        }))
+        tokio::spawn(minik8s_controllers::manager::run(
+            informers.clone(),
+            options,
+            async {
+                let _ = controllers_stopped.await;
+            },
+        ))
     });
     let (stop_scheduler, scheduler_stopped) = tokio::sync::oneshot::channel::<()>();
     let scheduler = (with_agent && !args.disable_scheduler).then(|| {
@@ -432,6 +437,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
             control::scheduler_user(),
         );
         tokio::spawn(minik8s_controllers::scheduler::run(
+            informers.clone(),
             client,
             args.scheduler.options(args.controller_manager.leader_elect),
             async {

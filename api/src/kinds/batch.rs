@@ -289,11 +289,11 @@ impl Kind for CronJob {
                 &spec.schedule,
                 "cannot use TZ or CRON_TZ in schedule, use timeZone field instead",
             ));
-        } else if let Err(e) = crate::cron::Schedule::parse(&spec.schedule) {
+        } else if let Err(e) = crate::cron::parse(&spec.schedule) {
             errs.push(FieldError::invalid(
                 &sp.child("schedule"),
                 &spec.schedule,
-                e,
+                e.to_string(),
             ));
         }
         if let Some(tz) = &spec.time_zone

@@ -2,6 +2,7 @@
 //! objects through the registries (upstream's plugin/pkg/admission). Plugins that only look
 //! at the object itself are the kinds' `admit` strategies in `minik8s_api`.
 
+pub mod namespace_lifecycle;
 pub mod serviceaccount;
 
 /// Upstream's `--disable-admission-plugins`: which of this server's plugins are off.
@@ -12,9 +13,33 @@ pub struct AdmissionOptions {
 
 impl AdmissionOptions {
     /// The plugins this server has, as upstream names them.
-    pub const PLUGINS: &'static [&'static str] = &[serviceaccount::PLUGIN_NAME];
+    pub const PLUGINS: &'static [&'static str] = &[
+        namespace_lifecycle::PLUGIN_NAME,
+        serviceaccount::PLUGIN_NAME,
+    ];
 
     pub fn enabled(&self, plugin: &str) -> bool {
         !self.disabled.iter().any(|d| d == plugin)
     }
+}
+
+/// `registry` with the admission every registry of a namespaced resource runs
+/// (NamespaceLifecycle), when enabled.
+pub fn namespaced<S: minik8s_api::strategy::Strategy>(
+    registry: crate::registry::generic::GenericRegistry<S>,
+    options: &AdmissionOptions,
+    cache: Option<&std::sync::Arc<crate::registry::namespaces::NamespaceCache>>,
+) -> crate::registry::generic::GenericRegistry<S> {
+    let (Some(cache), true) = (cache, options.enabled(namespace_lifecycle::PLUGIN_NAME)) else {
+        return registry;
+    };
+    if !registry.strategy.info().namespaced {
+        return registry;
+    }
+    let plugin = namespace_lifecycle::NamespaceLifecycle::new(
+        registry.strategy.clone(),
+        registry.store().clone(),
+        cache.clone(),
+    );
+    registry.with_admission(std::sync::Arc::new(plugin))
 }

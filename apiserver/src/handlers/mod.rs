@@ -5,8 +5,11 @@ pub mod authentication;
 pub mod authorization;
 pub mod codec;
 pub mod connect;
+pub mod custom;
 pub mod discovery;
+pub mod fieldmanager;
 pub mod health;
+pub mod layers;
 pub mod metrics_api;
 pub mod namespaces;
 pub mod openapi;
@@ -57,7 +60,7 @@ pub fn router(server: Arc<ApiServer>) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             server.auth.clone(),
-            auth::authenticate,
+            layers::authenticate,
         ))
         .with_state(server)
 }

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use super::codec::{json_bytes, status_response};
 use crate::protobuf;
 use crate::registry::generic::WatchEvent;
+use crate::registry::watch_cache::Encoded;
 
 /// What a row's `object` holds in a Table (`includeObject`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,10 +287,31 @@ impl Renderer {
         result.unwrap_or_else(|e| status_response(&e))
     }
 
-    pub fn list<T: Serialize>(&self, items: &[T], meta: ListMeta) -> Response {
+    pub fn list<T: Encoded>(&self, items: &[T], meta: ListMeta) -> Response {
         let result = (|| -> Result<Response, ApiError> {
             Ok(match self.render {
-                Render::Json | Render::Yaml | Render::Protobuf => {
+                // Each item's JSON as the watch cache (or the read) encoded it once.
+                Render::Json => {
+                    let mut body = Vec::with_capacity(64 + items.len() * 1024);
+                    body.extend_from_slice(b"{\"kind\":");
+                    serde_json::to_writer(&mut body, &self.list_kind)
+                        .map_err(ApiError::internal)?;
+                    body.extend_from_slice(b",\"apiVersion\":");
+                    serde_json::to_writer(&mut body, &self.api_version)
+                        .map_err(ApiError::internal)?;
+                    body.extend_from_slice(b",\"metadata\":");
+                    serde_json::to_writer(&mut body, &meta).map_err(ApiError::internal)?;
+                    body.extend_from_slice(b",\"items\":[");
+                    for (i, item) in items.iter().enumerate() {
+                        if i > 0 {
+                            body.push(b',');
+                        }
+                        body.extend_from_slice(&item.json());
+                    }
+                    body.extend_from_slice(b"]}");
+                    json_bytes(StatusCode::OK, body)
+                }
+                Render::Yaml | Render::Protobuf => {
                     #[derive(Serialize)]
                     #[serde(rename_all = "camelCase")]
                     struct List<'a, T> {
@@ -367,7 +389,27 @@ impl Renderer {
 
     /// One event of a watch stream: a line of JSON, or a length-prefixed protobuf frame.
     /// Tables carry column definitions in the first event only.
-    pub fn watch_line<T: Serialize>(&self, event: WatchEvent<T>, first: &mut bool) -> Vec<u8> {
+    pub fn watch_line<T: Encoded>(&self, event: WatchEvent<T>, first: &mut bool) -> Vec<u8> {
+        // The common case without a round trip through a JSON value: the object's JSON as
+        // encoded once for every watcher.
+        if self.render == Render::Json {
+            let object = match &event {
+                WatchEvent::Added(o) => Some(("ADDED", o)),
+                WatchEvent::Modified(o) => Some(("MODIFIED", o)),
+                WatchEvent::Deleted(o) => Some(("DELETED", o)),
+                _ => None,
+            };
+            if let Some((ty, o)) = object {
+                let json = o.json();
+                let mut line = Vec::with_capacity(json.len() + 32);
+                line.extend_from_slice(b"{\"type\":\"");
+                line.extend_from_slice(ty.as_bytes());
+                line.extend_from_slice(b"\",\"object\":");
+                line.extend_from_slice(&json);
+                line.extend_from_slice(b"}\n");
+                return line;
+            }
+        }
         let encoded = |o: &T| serde_json::to_value(o).map_err(ApiError::internal);
         let object = |value: Value| -> Result<Value, ApiError> {
             match self.render {

@@ -21,14 +21,15 @@ use minik8s_api::{ApiError, ResourceInfo, status};
 use rand::Rng;
 
 use super::codec::{self, FieldValidation, with_warnings};
+use super::fieldmanager::{self, KindTypes};
 use super::openapi::KindSchema;
 use super::render::{self, Renderer};
 use super::request::{ResourceRequest, Verb};
 use crate::auth::UserInfo;
-use crate::fieldmanager::{self, KindTypes};
 use crate::registry::generic::{
     DeleteOpts, Deleted, GenericRegistry, ListOutput, ListQuery, Part, WatchEvent, WatchQuery,
 };
+use crate::registry::watch_cache::Cached;
 
 /// Everything a resource handler needs from one HTTP request.
 pub struct ApiRequest {
@@ -127,7 +128,7 @@ pub trait Extension<S: Strategy>: Send + Sync + 'static {
 /// Server-wide settings handlers need.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    /// The server's namespace cache, for admitting creates.
+    /// The server's namespace cache, for NamespaceLifecycle admission.
     pub namespaces: Option<Arc<crate::registry::namespaces::NamespaceCache>>,
     pub bookmark_interval: Duration,
     /// Watches without timeoutSeconds end after a random time in [min, 2*min).
@@ -160,9 +161,6 @@ pub struct ResourceEndpoint<S: Strategy> {
 
 impl<S: Strategy> ResourceEndpoint<S> {
     pub fn new(registry: Arc<GenericRegistry<S>>, options: ServeOptions) -> Self {
-        if let Some(cache) = &options.namespaces {
-            let _ = registry.namespaces.set(cache.clone());
-        }
         ResourceEndpoint {
             registry,
             extension: None,
@@ -293,7 +291,11 @@ impl<S: Strategy> ResourceEndpoint<S> {
         })
     }
 
-    fn list_response(&self, out: ListOutput<S::Object>, renderer: &Renderer) -> Response {
+    fn list_response(
+        &self,
+        out: ListOutput<Arc<Cached<S::Object>>>,
+        renderer: &Renderer,
+    ) -> Response {
         let meta = ListMeta {
             resource_version: Some(out.resource_version.to_string()),
             continue_: out.continue_token,
@@ -363,7 +365,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                     // A single-object list (kubectl wait, rollout status): one key, not a range.
                     return self.single_list(&req, &q, name, &renderer).await;
                 }
-                Ok(self.list_response(reg.list(ns, &q).await?, &renderer))
+                Ok(self.list_response(reg.list_shared(ns, &q).await?, &renderer))
             }
             (Verb::Watch, None) => self.watch(&req).await,
             (Verb::Create, None) => {
@@ -375,7 +377,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 let types = self.types();
                 let fm = fieldmanager::field_manager(&types, Part::Main, "");
                 let track = |new: &mut S::Object, live: Option<&S::Object>| {
-                    fieldmanager::track_update(&reg.strategy, &fm, &manager, new, live)
+                    fieldmanager::track_update(reg.strategy.as_ref(), &fm, &manager, new, live)
                 };
                 let created = reg
                     .create_tracked(ns, obj, req.dry_run()?, Some(&track))
@@ -393,7 +395,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 let sub = t.subresource.as_deref().unwrap_or_default();
                 let fm = fieldmanager::field_manager(&types, part, sub);
                 let track = |new: &mut S::Object, live: Option<&S::Object>| {
-                    fieldmanager::track_update(&reg.strategy, &fm, &manager, new, live)
+                    fieldmanager::track_update(reg.strategy.as_ref(), &fm, &manager, new, live)
                 };
                 let (obj, created) = reg
                     .update_tracked(ns, req.name(), obj, part, req.dry_run()?, Some(&track))
@@ -426,7 +428,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 let manager = self.manager(&req, "PatchOptions")?;
                 let fm = fieldmanager::field_manager(&types, part, sub);
                 let track = |new: &mut S::Object, live: Option<&S::Object>| {
-                    fieldmanager::track_update(&reg.strategy, &fm, &manager, new, live)
+                    fieldmanager::track_update(reg.strategy.as_ref(), &fm, &manager, new, live)
                 };
                 let obj = reg
                     .patch_tracked(
@@ -468,7 +470,14 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 let q = self.list_query(&req)?;
                 let opts = delete_options(&req)?;
                 let renderer = self.renderer(&req)?;
-                Ok(self.list_response(reg.delete_collection(ns, &q, &opts).await?, &renderer))
+                let out = reg.delete_collection(ns, &q, &opts).await?;
+                let out = ListOutput {
+                    items: out.items.into_iter().map(Cached::new).collect(),
+                    resource_version: out.resource_version,
+                    continue_token: out.continue_token,
+                    remaining: out.remaining,
+                };
+                Ok(self.list_response(out, &renderer))
             }
             (Verb::Get | Verb::Update | Verb::Patch, Some("scale"))
                 if info.subresource("scale").is_some() =>
@@ -504,7 +513,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 .map_err(fieldmanager::apply_error)
         };
         let track = |new: &mut S::Object, live: Option<&S::Object>| {
-            fieldmanager::track_apply(&reg.strategy, new, live)
+            fieldmanager::track_apply(reg.strategy.as_ref(), new, live)
         };
         let (obj, created) = reg
             .apply(
@@ -550,7 +559,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 let meta = reg.strategy.meta(&obj);
                 let fields_ok = q.fields.matches(|f| reg.field_value(&obj, f));
                 if q.labels.matches(meta.labels.as_ref()) && fields_ok {
-                    vec![obj]
+                    vec![Cached::new(obj)]
                 } else {
                     vec![]
                 }
@@ -612,28 +621,30 @@ impl<S: Strategy> ResourceEndpoint<S> {
         };
         let renderer = Arc::new(self.renderer(req)?);
         let content_type = renderer.watch_content_type();
-        let rx = self.registry.watch(req.namespace(), q).await?;
+        let events = self.registry.watch(req.namespace(), q).await?;
         let deadline = tokio::time::Instant::now() + timeout;
-        let stream =
-            futures::stream::unfold((rx, false, true), move |(mut rx, done, mut first)| {
+        let stream = futures::stream::unfold(
+            (events, false, true),
+            move |(mut events, done, mut first)| {
                 let renderer = renderer.clone();
                 async move {
                     if done {
                         return None;
                     }
                     let event = tokio::select! {
-                        e = rx.recv() => e?,
+                        e = events.next() => e?,
                         _ = tokio::time::sleep_until(deadline) => return None,
                     };
                     let is_error = matches!(event, WatchEvent::Error(_));
                     let line = renderer.watch_line(event, &mut first);
                     Some((
                         Ok::<_, std::convert::Infallible>(Bytes::from(line)),
-                        (rx, is_error, first),
+                        (events, is_error, first),
                     ))
                 }
-            })
-            .boxed();
+            },
+        )
+        .boxed();
         let mut resp = Response::new(Body::from_stream(stream));
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -711,7 +722,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
         let types = self.types();
         let fm = fieldmanager::field_manager(&types, Part::Main, "scale");
         let track = |new: &mut S::Object, live: &S::Object| {
-            fieldmanager::track_update(&reg.strategy, &fm, &manager, new, Some(live))
+            fieldmanager::track_update(reg.strategy.as_ref(), &fm, &manager, new, Some(live))
         };
         match req.target.verb {
             Verb::Update => {

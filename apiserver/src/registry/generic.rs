@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use bytes::Bytes;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Preconditions, Time};
 use minik8s_api::selector::{FieldSelector, Selector};
 use minik8s_api::strategy::{GcPolicy, Strategy};
@@ -19,6 +20,7 @@ use minik8s_api::{ApiError, Target, meta};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::watch_cache::{CacheHandle, Cached, Delivered, Filter, Start, WatchCache};
 use crate::storage::{DynStore, Event, KeyValue, ListOptions, Revision, StoreError};
 
 /// How long a read for a resourceVersion the store has not reached yet waits before 504.
@@ -46,14 +48,28 @@ pub trait WriteHooks<O>: Send + Sync + 'static {
     fn begin_update(&self, new: &mut O, old: &O, dry_run: bool) -> Result<Reservation, ApiError>;
     /// The object left storage.
     fn removed(&self, obj: &O);
+    /// A write of `key` was stored at `revision` (`None`: deleted).
+    fn wrote(&self, _key: &str, _value: Option<&[u8]>, _revision: Revision) {}
 }
 
 /// An admission plugin that must read other objects to decide (upstream's ServiceAccount
-/// admission looks up the pod's account). Runs on creates, after the kind's own mutating
-/// admission and before the write; it may change the object or refuse it.
+/// admission looks up the pod's account; NamespaceLifecycle, the namespace). Runs on
+/// creates: [`Phase::Validate`] plugins once the object is valid, before anything is
+/// reserved for it; [`Phase::Mutate`] plugins after the kind's own mutating admission, just
+/// before the write. It may change the object or refuse it.
 #[async_trait::async_trait]
 pub trait CreateAdmission<O>: Send + Sync + 'static {
+    fn phase(&self) -> Phase {
+        Phase::Mutate
+    }
     async fn admit(&self, obj: &mut O, dry_run: bool) -> Result<(), ApiError>;
+}
+
+/// When an admission plugin runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Validate,
+    Mutate,
 }
 
 type Callback = Box<dyn FnOnce() + Send>;
@@ -156,20 +172,41 @@ struct ContinueToken {
 }
 
 pub struct GenericRegistry<S: Strategy> {
-    pub strategy: S,
+    pub strategy: Arc<S>,
     store: DynStore,
     root: String,
-    /// Seen namespaces, for admission without a storage read (set once by the endpoint).
-    pub namespaces: std::sync::OnceLock<Arc<super::namespaces::NamespaceCache>>,
     hooks: Option<Arc<dyn WriteHooks<S::Object>>>,
     admission: Vec<Arc<dyn CreateAdmission<S::Object>>>,
     /// Adds the fields upstream's Go types always serialize (`status: {replicas: 0}`), set
     /// once by the endpoint of a built-in kind from its schema; `true` when it added any.
     pub zero_values: std::sync::OnceLock<ZeroValues>,
+    /// The watch cache of the resource, started by the first read it serves.
+    cache: std::sync::OnceLock<CacheHandle<S>>,
 }
 
 /// See [`GenericRegistry::zero_values`].
 pub type ZeroValues = Box<dyn Fn(&mut serde_json::Value) -> bool + Send + Sync>;
+
+/// The value of a field for field selectors: metadata fields, then the kind's own.
+fn field_value<S: Strategy>(strategy: &S, obj: &S::Object, field: &str) -> Option<String> {
+    let meta = strategy.meta(obj);
+    match field {
+        "metadata.name" => meta.name.clone(),
+        "metadata.namespace" => meta.namespace.clone(),
+        _ => strategy.field(obj, field),
+    }
+}
+
+/// Whether an object is selected by `labels` and `fields`.
+fn object_matches<S: Strategy>(
+    strategy: &S,
+    obj: &S::Object,
+    labels: &Selector,
+    fields: &FieldSelector,
+) -> bool {
+    labels.matches(strategy.meta(obj).labels.as_ref())
+        && (fields.is_empty() || fields.matches(|f| field_value(strategy, obj, f)))
+}
 
 pub fn parse_rv(rv: &str) -> Result<Revision, ApiError> {
     rv.parse::<Revision>().map_err(|_| {
@@ -189,13 +226,13 @@ impl<S: Strategy> GenericRegistry<S> {
     pub fn new(strategy: S, store: DynStore) -> Self {
         let root = strategy.key_root();
         GenericRegistry {
-            strategy,
+            strategy: Arc::new(strategy),
             store,
             root,
-            namespaces: Default::default(),
             hooks: None,
             admission: Vec::new(),
             zero_values: Default::default(),
+            cache: Default::default(),
         }
     }
 
@@ -321,12 +358,7 @@ impl<S: Strategy> GenericRegistry<S> {
 
     /// The value of a field for field selectors: metadata fields, then the kind's own.
     pub fn field_value(&self, obj: &S::Object, field: &str) -> Option<String> {
-        let meta = self.strategy.meta(obj);
-        match field {
-            "metadata.name" => meta.name.clone(),
-            "metadata.namespace" => meta.namespace.clone(),
-            _ => self.strategy.field(obj, field),
-        }
+        field_value(self.strategy.as_ref(), obj, field)
     }
 
     /// Rejects field selectors on fields this kind does not index.
@@ -345,8 +377,88 @@ impl<S: Strategy> GenericRegistry<S> {
     }
 
     fn matches(&self, obj: &S::Object, labels: &Selector, fields: &FieldSelector) -> bool {
-        labels.matches(self.strategy.meta(obj).labels.as_ref())
-            && (fields.is_empty() || fields.matches(|f| self.field_value(obj, f)))
+        object_matches(self.strategy.as_ref(), obj, labels, fields)
+    }
+
+    /// The resource's watch cache, started on first use.
+    fn cache(&self) -> &Arc<WatchCache<S>> {
+        &self.cache_handle().cache
+    }
+
+    fn cache_handle(&self) -> &CacheHandle<S> {
+        self.cache.get_or_init(|| {
+            let strategy = self.strategy.clone();
+            WatchCache::start(
+                self.strategy.clone(),
+                Arc::new(move |obj, labels, fields| {
+                    object_matches(strategy.as_ref(), obj, labels, fields)
+                }),
+                self.store.clone(),
+                self.root.clone(),
+            )
+        })
+    }
+
+    fn cache_filter(&self, ns: Option<&str>, labels: &Selector, fields: &FieldSelector) -> Filter {
+        Filter {
+            prefix: self.prefix(ns),
+            labels: labels.clone(),
+            fields: fields.clone(),
+        }
+    }
+
+    /// LIST as the handler serves it: from the watch cache where upstream serves lists from
+    /// its cache (any version, `NotOlderThan`, and the newest state without a limit), else
+    /// from the store.
+    pub async fn list_shared(
+        &self,
+        ns: Option<&str>,
+        q: &ListQuery,
+    ) -> Result<ListOutput<Arc<Cached<S::Object>>>, ApiError> {
+        self.check_fields(&q.fields)?;
+        let rv = q.resource_version.as_deref().filter(|rv| !rv.is_empty());
+        let rv_match = q
+            .resource_version_match
+            .as_deref()
+            .filter(|m| !m.is_empty());
+        let paged = q.limit.is_some_and(|l| l > 0) || q.continue_token.is_some();
+        let min_revision = match (rv, rv_match) {
+            _ if q.continue_token.is_some() => None,
+            (Some("0"), None) => Some(1),
+            (Some(rv), Some("NotOlderThan")) => Some(parse_rv(rv)?.max(1)),
+            (Some(rv), None) if !paged => Some(parse_rv(rv)?.max(1)),
+            // A consistent read: the cache once it has what the store has now.
+            (None, None) if !paged => Some(
+                self.store
+                    .current_revision()
+                    .await
+                    .map_err(|e| self.store_error("", e))?
+                    .max(1),
+            ),
+            _ => None,
+        };
+        let Some(min_revision) = min_revision else {
+            let out = self.list(ns, q).await?;
+            return Ok(ListOutput {
+                items: out.items.into_iter().map(Cached::new).collect(),
+                resource_version: out.resource_version,
+                continue_token: out.continue_token,
+                remaining: out.remaining,
+            });
+        };
+        // metadata.namespace narrows an all-namespaces list.
+        let ns = match (ns, q.fields.required_value("metadata.namespace")) {
+            (None, Some(n)) if self.namespaced() => Some(n),
+            (ns, _) => ns,
+        };
+        let filter = self.cache_filter(ns, &q.labels, &q.fields);
+        let (items, resource_version) = self.cache().list(&filter, min_revision).await?;
+        Ok(ListOutput {
+            items,
+            resource_version,
+            continue_token: None,
+            remaining: None,
+        })
     }
 
     /// Waits (briefly) until the store has reached `rev`, as reads with NotOlderThan do.
@@ -579,57 +691,22 @@ impl<S: Strategy> GenericRegistry<S> {
         Ok((t.rv, start))
     }
 
-    /// Tells the namespace cache about this server's own namespace writes at once, so a
-    /// create right after a namespace turned Terminating is refused (the cache's watch would
-    /// see it a moment later).
+    /// Tells the hooks about a stored write.
     fn wrote(&self, key: &str, value: Option<&Bytes>, revision: Revision) {
-        if let Some(cache) = self.namespaces.get()
-            && self.root == "/registry/namespaces/"
-        {
-            cache.observe(key, value.map(|v| &v[..]), revision);
+        if let Some(h) = &self.hooks {
+            h.wrote(key, value.map(|v| &v[..]), revision);
         }
     }
 
-    /// Rejects creates in a namespace that does not exist or is being deleted
-    /// (upstream's NamespaceLifecycle admission).
-    async fn admit_namespace(&self, ns: &str, name: &str) -> Result<(), ApiError> {
-        if let Some(false) = self.namespaces.get().and_then(|c| c.get(ns)) {
-            return Ok(());
-        }
-        let key = format!("/registry/namespaces/{ns}");
-        let kv = self
-            .store
-            .get(&key)
-            .await
-            .map_err(|e| self.store_error(name, e))?;
-        let Some(kv) = kv else {
-            return Err(ApiError::not_found(Target {
-                group: "",
-                resource: "namespaces",
-                name: ns,
-            }));
-        };
-        let namespace: k8s_openapi::api::core::v1::Namespace =
-            serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
-        let terminating = namespace.metadata.deletion_timestamp.is_some()
-            || namespace.status.and_then(|s| s.phase).as_deref() == Some("Terminating");
-        if terminating {
-            let mut e = ApiError::forbidden(
-                self.target(name),
-                &format!(
-                    "unable to create new content in namespace {ns} because it is being terminated"
-                ),
-            );
-            if let Some(d) = e.details.as_mut() {
-                d.causes = Some(vec![
-                    k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause {
-                        reason: Some("NamespaceTerminating".into()),
-                        message: Some(format!("namespace {ns} is being terminated")),
-                        field: Some("metadata.namespace".into()),
-                    },
-                ]);
-            }
-            return Err(e);
+    /// Runs the admission plugins of `phase`.
+    async fn run_admission(
+        &self,
+        phase: Phase,
+        obj: &mut S::Object,
+        dry_run: bool,
+    ) -> Result<(), ApiError> {
+        for plugin in self.admission.iter().filter(|p| p.phase() == phase) {
+            plugin.admit(obj, dry_run).await?;
         }
         Ok(())
     }
@@ -749,15 +826,8 @@ impl<S: Strategy> GenericRegistry<S> {
             if !errs.is_empty() {
                 return Err(self.invalid(&name, &errs));
             }
-            if self.namespaced() {
-                let ns = self
-                    .strategy
-                    .meta(&candidate)
-                    .namespace
-                    .clone()
-                    .unwrap_or_default();
-                self.admit_namespace(&ns, &name).await?;
-            }
+            self.run_admission(Phase::Validate, &mut candidate, dry_run)
+                .await?;
             let reservation = match &self.hooks {
                 Some(h) => h.begin_create(&mut candidate, dry_run)?,
                 None => Reservation::default(),
@@ -768,9 +838,8 @@ impl<S: Strategy> GenericRegistry<S> {
             // Mutating admission after field tracking, as upstream's create handler orders
             // them: what admission adds is owned by no manager.
             self.strategy.admit(&mut candidate);
-            for plugin in &self.admission {
-                plugin.admit(&mut candidate, dry_run).await?;
-            }
+            self.run_admission(Phase::Mutate, &mut candidate, dry_run)
+                .await?;
             self.with_zero_values(&mut candidate)?;
             let key = self.key(self.strategy.meta(&candidate).namespace.as_deref(), &name);
             if dry_run {
@@ -1343,12 +1412,13 @@ impl<S: Strategy> GenericRegistry<S> {
     }
 
     /// Watch as upstream: optional replay of the current state, then every change, with
-    /// selector transitions turned into ADDED/DELETED.
+    /// selector transitions turned into ADDED/DELETED. Served by the watch cache unless the
+    /// start is older than its window; then from the store's history.
     pub async fn watch(
         self: &Arc<Self>,
         ns: Option<&str>,
         q: WatchQuery,
-    ) -> Result<mpsc::Receiver<WatchEvent<S::Object>>, ApiError> {
+    ) -> Result<BoxStream<'static, WatchEvent<Arc<Cached<S::Object>>>>, ApiError> {
         self.check_fields(&q.fields)?;
         let rv_match = q
             .resource_version_match
@@ -1379,47 +1449,99 @@ impl<S: Strategy> GenericRegistry<S> {
         let rv = q
             .resource_version
             .as_deref()
-            .filter(|rv| !rv.is_empty() && *rv != "0");
+            .filter(|rv| !rv.is_empty() && *rv != "0")
+            .map(parse_rv)
+            .transpose()?;
         // In 1.32 a watch from "" or "0" replays the current state first (WatchList default).
         let replay = q.send_initial_events.unwrap_or(rv.is_none());
-        let mut initial = Vec::new();
-        let start = if replay {
-            if let Some(rv) = rv {
-                self.wait_for_revision(parse_rv(rv)?).await?;
+        let cache = self.cache();
+        let start = match (replay, rv) {
+            (true, Some(rv)) => {
+                if cache.wait_for(rv).await.is_none() {
+                    return Err(ApiError::too_large_resource_version(rv, rv - 1));
+                }
+                Start::Replay
             }
-            let list = self
-                .list(
-                    ns,
-                    &ListQuery {
-                        labels: q.labels.clone(),
-                        fields: q.fields.clone(),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            initial = list.items;
-            list.resource_version
-        } else {
-            match rv {
-                Some(rv) => parse_rv(rv)?,
-                None => self
+            (true, None) => Start::Replay,
+            (false, Some(rv)) => {
+                // The window may reach further back than the store's history; a start the
+                // store has compacted away is still a 410, as it was before the cache.
+                let compacted = self
                     .store
+                    .compacted_revision()
+                    .await
+                    .map_err(|e| self.store_error("", e))?;
+                if rv < compacted {
+                    return self.watch_store(ns, q).await;
+                }
+                Start::After(rv)
+            }
+            (false, None) => Start::After(
+                self.store
                     .current_revision()
                     .await
                     .map_err(|e| self.store_error("", e))?,
-            }
+            ),
         };
-        let (tx, rx) = mpsc::channel(256);
+        let filter = self.cache_filter(ns, &q.labels, &q.fields);
+        let bookmarks = q.allow_bookmarks.then_some(q.bookmark_interval);
+        let Some(sub) = cache.watch(filter, start, bookmarks).await? else {
+            return self.watch_store(ns, q).await;
+        };
+        let delivered = |d: Delivered<S::Object>| match d {
+            Delivered::Added(o) => WatchEvent::Added(o),
+            Delivered::Modified(o) => WatchEvent::Modified(o),
+            Delivered::Deleted(o) => WatchEvent::Deleted(o),
+            Delivered::Bookmark(rev) => WatchEvent::Bookmark {
+                resource_version: rev,
+                initial_events_end: false,
+            },
+        };
+        let end = (replay && q.allow_bookmarks).then_some(WatchEvent::Bookmark {
+            resource_version: sub.revision,
+            initial_events_end: true,
+        });
+        let keepalive = self.cache_handle().keepalive();
+        Ok(
+            futures::stream::iter(sub.initial.into_iter().map(delivered))
+                .chain(futures::stream::iter(end))
+                .chain(sub.live.map(move |d| {
+                    let _held = &keepalive;
+                    delivered(d)
+                }))
+                .boxed(),
+        )
+    }
+
+    /// A watch from the store's history, for starts older than the watch cache's window.
+    async fn watch_store(
+        self: &Arc<Self>,
+        ns: Option<&str>,
+        q: WatchQuery,
+    ) -> Result<BoxStream<'static, WatchEvent<Arc<Cached<S::Object>>>>, ApiError> {
+        let start = match q
+            .resource_version
+            .as_deref()
+            .filter(|rv| !rv.is_empty() && *rv != "0")
+        {
+            Some(rv) => parse_rv(rv)?,
+            None => self
+                .store
+                .current_revision()
+                .await
+                .map_err(|e| self.store_error("", e))?,
+        };
+        let (tx, rx) = mpsc::channel::<WatchEvent<S::Object>>(256);
         let stream = match self.store.watch(&self.prefix(ns), start).await {
             Ok(s) => s,
             Err(StoreError::Compacted {
                 requested,
                 compacted,
             }) => {
-                let _ = tx.try_send(WatchEvent::Error(ApiError::expired(format!(
+                let gone = WatchEvent::Error(ApiError::expired(format!(
                     "too old resource version: {requested} ({compacted})"
-                ))));
-                return Ok(rx);
+                )));
+                return Ok(futures::stream::once(async move { gone }).boxed());
             }
             Err(StoreError::FutureRevision { requested, current }) => {
                 return Err(ApiError::too_large_resource_version(requested, current));
@@ -1427,24 +1549,22 @@ impl<S: Strategy> GenericRegistry<S> {
             Err(e) => return Err(self.store_error("", e)),
         };
         let this = self.clone();
-        tokio::spawn(async move {
-            for obj in initial {
-                if tx.send(WatchEvent::Added(obj)).await.is_err() {
-                    return;
-                }
-            }
-            if replay && q.allow_bookmarks {
-                let end = WatchEvent::Bookmark {
-                    resource_version: start,
-                    initial_events_end: true,
-                };
-                if tx.send(end).await.is_err() {
-                    return;
-                }
-            }
-            this.feed(stream, q, tx).await;
-        });
-        Ok(rx)
+        tokio::spawn(async move { this.feed(stream, q, tx).await });
+        Ok(tokio_stream::wrappers::ReceiverStream::new(rx)
+            .map(|e| match e {
+                WatchEvent::Added(o) => WatchEvent::Added(Cached::new(o)),
+                WatchEvent::Modified(o) => WatchEvent::Modified(Cached::new(o)),
+                WatchEvent::Deleted(o) => WatchEvent::Deleted(Cached::new(o)),
+                WatchEvent::Bookmark {
+                    resource_version,
+                    initial_events_end,
+                } => WatchEvent::Bookmark {
+                    resource_version,
+                    initial_events_end,
+                },
+                WatchEvent::Error(e) => WatchEvent::Error(e),
+            })
+            .boxed())
     }
 
     async fn feed(

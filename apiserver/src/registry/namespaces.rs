@@ -109,3 +109,31 @@ impl NamespaceCache {
         Ok(())
     }
 }
+
+/// The namespaces registry tells the cache about this server's own writes at once, so a
+/// create right after a namespace turned Terminating is refused (the cache's watch would see
+/// it a moment later).
+impl super::generic::WriteHooks<Namespace> for NamespaceCache {
+    fn begin_create(
+        &self,
+        _: &mut Namespace,
+        _: bool,
+    ) -> Result<super::generic::Reservation, minik8s_api::ApiError> {
+        Ok(Default::default())
+    }
+
+    fn begin_update(
+        &self,
+        _: &mut Namespace,
+        _: &Namespace,
+        _: bool,
+    ) -> Result<super::generic::Reservation, minik8s_api::ApiError> {
+        Ok(Default::default())
+    }
+
+    fn removed(&self, _: &Namespace) {}
+
+    fn wrote(&self, key: &str, value: Option<&[u8]>, revision: Revision) {
+        self.observe(key, value, revision);
+    }
+}

@@ -793,7 +793,7 @@ async fn cluster_scoped_crd_and_two_versions() {
     crd["spec"]["versions"][0]["served"] = json!(false);
     let r = s.put(&format!("{CRDS}/widgets.example.org"), crd).await;
     assert_eq!(r.status, StatusCode::OK, "{}", text(&r));
-    eventually(Duration::from_secs(1), "v1beta1 to go", || async {
+    eventually(Duration::from_secs(5), "v1beta1 to go", || async {
         (s.get("/apis/example.org/v1beta1/widgets").await.status == StatusCode::NOT_FOUND)
             .then_some(())
     })
@@ -992,9 +992,7 @@ async fn a_new_server_serves_stored_crds_at_once() {
         testkit::test_serve_options(),
         "127.0.0.1:6443".into(),
     );
-    minik8s_apiserver::registry::crd_controller::start(&other)
-        .await
-        .unwrap();
+    minik8s_apiserver::crds::start(&other).await.unwrap();
     let router = minik8s_apiserver::router(other);
     let r = get_on(&router, &format!("{CTS}/a"), "application/json").await;
     assert_eq!(r.status, StatusCode::OK, "{}", text(&r));

@@ -7,8 +7,6 @@
 //! schedules are read in UTC (upstream uses the controller-manager's local zone, UTC in the
 //! usual container).
 
-mod schedule;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,15 +20,16 @@ use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 
+use crate::informers::Informers;
 use crate::util::clock::{Clock, RealClock};
 use crate::util::controller_ref::{controller_of, controller_ref, is_controlled_by};
 use crate::util::events::record;
+use crate::util::reconciler::Error;
 use crate::util::runtime;
 
-pub use schedule::{Schedule, ScheduleError, parse};
+pub use minik8s_api::cron::{Schedule, ScheduleError, parse};
 
 const REPORTER: &str = "cronjob-controller";
 pub const SCHEDULED_TIMESTAMP: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
@@ -44,30 +43,21 @@ struct Ctx {
     clock: Arc<dyn Clock>,
 }
 
-pub async fn run(client: Client) {
-    run_with(client, Arc::new(RealClock)).await
+pub async fn run(informers: Arc<Informers>) {
+    run_with(informers, Arc::new(RealClock)).await
 }
 
-pub async fn run_with(client: Client, clock: Arc<dyn Clock>) {
-    let (cronjobs, cj_writer) = runtime::cache::<CronJob>();
-    let (jobs, job_writer) = runtime::cache::<Job>();
-    let cj_events = runtime::watch(
-        Api::<CronJob>::all(client.clone()),
-        watcher::Config::default(),
-        cj_writer,
-        |_| {},
-    );
-    let job_events = runtime::watch(
-        Api::<Job>::all(client.clone()),
-        watcher::Config::default(),
-        job_writer,
-        |_| {},
-    );
+pub async fn run_with(informers: Arc<Informers>, clock: Arc<dyn Clock>) {
+    let client = informers.client();
+    let (cj_informer, job_informer) = (informers.of::<CronJob>(), informers.of::<Job>());
+    let (cronjobs, jobs) = (cj_informer.store(), job_informer.store());
+    let cj_events = cj_informer.touched();
+    let job_events = job_informer.touched();
     let owners = job_events.filter_map(|job| async move {
-        let r = controller_of(&job).filter(|r| r.kind == "CronJob")?;
+        let r = controller_of(job.as_ref()).filter(|r| r.kind == "CronJob")?;
         Some(ObjectRef::new(&r.name).within(&job.namespace().unwrap_or_default()))
     });
-    let queue = stream::select(cj_events.map(|c| ObjectRef::from_obj(&c)), owners);
+    let queue = stream::select(cj_events.map(|c| ObjectRef::from_obj(c.as_ref())), owners);
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -81,15 +71,7 @@ pub async fn run_with(client: Client, clock: Arc<dyn Clock>) {
         recorder,
         clock,
     });
-    runtime::run(
-        "cronjob",
-        cronjobs,
-        queue,
-        reconcile,
-        ctx,
-        Duration::from_secs(1),
-    )
-    .await
+    runtime::run("cronjob", cronjobs, queue, reconcile, ctx).await
 }
 
 fn finished(job: &Job) -> Option<&'static str> {
@@ -183,7 +165,7 @@ fn requeue_at(now: Timestamp, next: Option<Timestamp>) -> Action {
     }
 }
 
-async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let _ = ctx.jobs.wait_until_ready().await;
     let now = ctx.clock.now();
     let ns = cj.namespace().unwrap_or_default();

@@ -20,33 +20,23 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt, future};
+use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
-use tracing::Instrument;
 
+use crate::informers::{Change, Informers};
 use crate::util::controller_ref::{claim, controller_of};
 use crate::util::events::record;
-use crate::util::sync::retry;
+pub(crate) use crate::util::reconciler::Error;
+use crate::util::reconciler::Reconciler;
 
 const REPORTER: &str = "deployment-controller";
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-    #[error("invalid selector: {0}")]
-    Selector(#[from] SelectorError),
-    #[error("cache closed")]
-    CacheClosed,
-}
 
 struct Ctx {
     client: Client,
@@ -56,33 +46,26 @@ struct Ctx {
 }
 
 /// Runs the controller until dropped.
-pub async fn run(client: Client) {
-    let (rs_reader, rs_writer) = reflector::store::<ReplicaSet>();
-    let (pod_reader, pod_writer) = reflector::store::<Pod>();
-    let sets = watcher(Api::<ReplicaSet>::all(client.clone()), Default::default())
-        .default_backoff()
-        .reflect(rs_writer)
-        .touched_objects();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let deployments_informer = informers.of::<Deployment>();
+    let sets = informers.of::<ReplicaSet>();
+    let pods = informers.of::<Pod>();
     // Only pod deletions matter: a Recreate rollout waits for the old pods to be gone.
-    let pods = watcher(Api::<Pod>::all(client.clone()), Default::default())
-        .default_backoff()
-        .reflect(pod_writer)
-        .try_filter_map(|ev| {
-            future::ready(Ok(match ev {
-                watcher::Event::Delete(p) => Some(p),
-                _ => None,
-            }))
-        });
-    let controller = Controller::new(
-        Api::<Deployment>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let deployments = controller.store();
-    let sets_for_pods = rs_reader.clone();
+    let pod_deletions = pods.changes().filter_map(|c| {
+        future::ready(match c {
+            Change::Deleted(p) => Some(p),
+            _ => None,
+        })
+    });
+    let controller =
+        Controller::for_shared_stream(deployments_informer.touched(), deployments_informer.store());
+    let deployments = deployments_informer.store();
+    let sets_for_pods = sets.store();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
-        sets: rs_reader,
-        pods: pod_reader,
+        sets: sets.store(),
+        pods: pods.store(),
         recorder: Recorder::new(
             client,
             Reporter {
@@ -91,20 +74,17 @@ pub async fn run(client: Client) {
             },
         ),
     });
+    let (reconcile, error_policy) = Reconciler::new("deployment", sync_deployment).split();
     controller
-        .watches_stream(sets, move |rs: ReplicaSet| {
+        .watches_shared_stream(sets.touched(), move |rs: Arc<ReplicaSet>| {
             deployments_of_rs(&deployments, &rs)
         })
-        .watches_stream(pods, move |pod: Pod| {
+        .watches_shared_stream(pod_deletions, move |pod: Arc<Pod>| {
             deployment_of_pod(&sets_for_pods, &pod)
         })
         .run(reconcile, error_policy, ctx)
         .for_each(|_| future::ready(()))
         .await;
-}
-
-fn key(d: &Deployment) -> String {
-    format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any())
 }
 
 fn selector(d: &Deployment) -> Result<Selector, SelectorError> {
@@ -142,19 +122,6 @@ fn deployment_of_pod(sets: &Store<ReplicaSet>, pod: &Pod) -> Option<ObjectRef<De
     Some(ObjectRef::new(&d.name).within(&ns))
 }
 
-fn error_policy(d: Arc<Deployment>, error: &Error, _: Arc<Ctx>) -> Action {
-    let kube_error = match error {
-        Error::Kube(e) => Some(e),
-        _ => None,
-    };
-    retry(&key(&d), kube_error, error)
-}
-
-async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let span = tracing::info_span!("sync_deployment", deployment = %key(&d));
-    sync_deployment(d, ctx).instrument(span).await
-}
-
 /// One sync of one Deployment: the working copy of the Deployment (its status and revision
 /// annotation change as the sync goes) and the APIs it writes through.
 struct Syncer {
@@ -171,11 +138,11 @@ async fn sync_deployment(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, Er
     ctx.sets
         .wait_until_ready()
         .await
-        .map_err(|_| Error::CacheClosed)?;
+        .map_err(|_| Error::failed("cache closed"))?;
     ctx.pods
         .wait_until_ready()
         .await
-        .map_err(|_| Error::CacheClosed)?;
+        .map_err(|_| Error::failed("cache closed"))?;
     let ns = d.namespace().unwrap_or_default();
     let mut s = Syncer {
         deployments: Api::namespaced(ctx.client.clone(), &ns),

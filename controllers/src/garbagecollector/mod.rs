@@ -31,10 +31,12 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::AbortHandle;
-use tracing::Instrument;
 
 use graph::{Change, FOREGROUND, Graph, Identity, ORPHAN, Observed, ResourceKey, Work};
 use queue::WorkQueue;
+
+use crate::util::reconciler::{self, guarded};
+use kube::runtime::controller::Action;
 
 /// Upstream re-checks discovery this often (ResourceResyncTime).
 const RESYNC: Duration = Duration::from_secs(30);
@@ -269,18 +271,21 @@ impl Collector {
         };
         loop {
             let uid = queue.get().await;
-            let result = match job {
-                Job::Delete => {
-                    let span = tracing::info_span!("attempt_to_delete", uid = %uid);
-                    self.attempt_to_delete_item(&uid).instrument(span).await
-                }
-                Job::Orphan => {
-                    let span = tracing::info_span!("attempt_to_orphan", uid = %uid);
-                    self.orphan_dependents(&uid).instrument(span).await
-                }
+            let work = async {
+                let done = match job {
+                    Job::Delete => self.attempt_to_delete_item(&uid).await,
+                    Job::Orphan => self.orphan_dependents(&uid).await,
+                };
+                done.map(|()| Action::await_change())
+                    .map_err(|e| reconciler::Error::failed(e.to_string()))
             };
+            let name = match job {
+                Job::Delete => "garbagecollector-delete",
+                Job::Orphan => "garbagecollector-orphan",
+            };
+            let result = guarded(name, uid.clone(), work).await;
             match result {
-                Ok(()) => queue.forget(&uid),
+                Ok(_) => queue.forget(&uid),
                 Err(e) => {
                     tracing::info!(uid = %uid, ?job, error = %e, "retrying");
                     queue.add_rate_limited(&uid);

@@ -27,10 +27,10 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use minik8s_api::selector::{Selector, SelectorError};
+use minik8s_api::selector::Selector;
 
+use crate::informers::{Change, Informers};
 use crate::util::clock::{Clock, RealClock};
 use crate::util::controller_ref::{claim_with_finalizers, controller_of, controller_ref};
 use crate::util::events::record;
@@ -38,6 +38,7 @@ use crate::util::expectations::{Expectations, observe_pods};
 use crate::util::pods::{
     deletion_order, is_active, is_ready, is_terminating, phase, pod_from_template,
 };
+use crate::util::reconciler::Error;
 use crate::util::runtime;
 
 pub use indexed::COMPLETION_INDEX;
@@ -45,16 +46,6 @@ use pod_failure_policy::Verdict;
 
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 const REPORTER: &str = "job-controller";
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-    #[error("{failed} of {total} pod deletions failed")]
-    Delete { failed: i32, total: i32 },
-    #[error("job {job} has an invalid selector: {source}")]
-    Selector { job: String, source: SelectorError },
-}
 
 /// Knobs upstream sets by flags or constants.
 #[derive(Clone, Debug)]
@@ -97,13 +88,14 @@ struct Ctx {
     options: JobOptions,
 }
 
-pub async fn run(client: Client) {
-    run_with(client, JobOptions::default()).await
+pub async fn run(informers: Arc<Informers>) {
+    run_with(informers, JobOptions::default()).await
 }
 
-pub async fn run_with(client: Client, options: JobOptions) {
-    let (jobs, job_writer) = runtime::cache::<Job>();
-    let (pods, pod_writer) = runtime::cache::<Pod>();
+pub async fn run_with(informers: Arc<Informers>, options: JobOptions) {
+    let client = informers.client();
+    let (job_informer, pod_informer) = (informers.of::<Job>(), informers.of::<Pod>());
+    let (jobs, pods) = (job_informer.store(), pod_informer.store());
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         jobs: jobs.clone(),
@@ -126,29 +118,19 @@ pub async fn run_with(client: Client, options: JobOptions) {
     // cleanupPodFinalizers).
     let job_events = {
         let (pods, orphans_tx) = (pods.clone(), orphans_tx.clone());
-        runtime::watch(
-            Api::<Job>::all(client.clone()),
-            watcher::Config::default(),
-            job_writer,
-            move |e| {
-                if let watcher::Event::Delete(job) = e {
-                    for pod in pods.state() {
-                        if has_finalizer(&pod) && controlled_by_uid(&pod, job.uid().as_deref()) {
-                            let _ = orphans_tx.unbounded_send(ObjectRef::from_obj(pod.as_ref()));
-                        }
+        job_informer.touched_after(move |c| {
+            if let Change::Deleted(job) = c {
+                for pod in pods.state() {
+                    if has_finalizer(&pod) && controlled_by_uid(&pod, job.uid().as_deref()) {
+                        let _ = orphans_tx.unbounded_send(ObjectRef::from_obj(pod.as_ref()));
                     }
                 }
-            },
-        )
+            }
+        })
     };
     let pod_events = {
         let ctx = ctx.clone();
-        runtime::watch(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default(),
-            pod_writer,
-            move |e| observe_pods(&ctx.expectations, &ctx.pods, "Job", e),
-        )
+        pod_informer.touched_after(move |c| observe_pods(&ctx.expectations, "Job", c))
     };
     let pod_keys = {
         let jobs = jobs.clone();
@@ -160,18 +142,13 @@ pub async fn run_with(client: Client, options: JobOptions) {
             stream::iter(keys)
         })
     };
-    let queue = stream::select(job_events.map(|j| ObjectRef::from_obj(&j)), pod_keys);
-    let retry = Duration::from_secs(1);
+    let queue = stream::select(
+        job_events.map(|j| ObjectRef::from_obj(j.as_ref())),
+        pod_keys,
+    );
     tokio::join!(
-        runtime::run("job", jobs, queue, reconcile, ctx.clone(), retry),
-        runtime::run(
-            "job-orphans",
-            pods,
-            orphans_rx,
-            reconcile_orphan,
-            ctx,
-            retry
-        ),
+        runtime::run("job", jobs, queue, reconcile, ctx.clone()),
+        runtime::run("job-orphans", pods, orphans_rx, reconcile_orphan, ctx),
     );
 }
 
@@ -357,12 +334,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 
     let spec = job.spec.clone().unwrap_or_default();
     let old = job.status.clone().unwrap_or_default();
-    let selector = Selector::from_label_selector(spec.selector.as_ref()).map_err(|source| {
-        Error::Selector {
-            job: key.clone(),
-            source,
-        }
-    })?;
+    let selector = Selector::from_label_selector(spec.selector.as_ref())?;
     let candidates = ctx
         .pods
         .state()
@@ -546,10 +518,11 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         active_now -= deleted;
         terminating += deleted;
         if deleted < active.len() as i32 {
-            manage_err.get_or_insert(Error::Delete {
-                failed: active.len() as i32 - deleted,
-                total: active.len() as i32,
-            });
+            manage_err.get_or_insert(Error::failed(format!(
+                "{} of {} pod deletions failed",
+                active.len() as i32 - deleted,
+                active.len()
+            )));
         }
     } else {
         let want = match completions {

@@ -27,13 +27,14 @@ use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::informers::{Change, Informers};
 use crate::leader::{LeaderElectionConfig, run_while_leader};
 use crate::util::pods::is_terminal;
 use cache::{Cache, NodeState, PodInfo};
@@ -66,11 +67,18 @@ impl Default for SchedulerOptions {
 
 /// The scheduler: leader-elected through the `kube-scheduler` Lease unless told otherwise;
 /// returns after `shutdown`.
-pub async fn run(client: Client, options: SchedulerOptions, shutdown: impl Future<Output = ()>) {
+/// Schedules through `client` (its writes go out as the scheduler) from the process's shared
+/// `informers`, until `shutdown`.
+pub async fn run(
+    informers: Arc<Informers>,
+    client: Client,
+    options: SchedulerOptions,
+    shutdown: impl Future<Output = ()>,
+) {
     let strategy = options.scoring_strategy;
     if !options.leader_elect {
         tokio::select! {
-            _ = run_scheduler(client, strategy) => {}
+            _ = run_scheduler(informers, client, strategy) => {}
             _ = shutdown => {}
         }
         return;
@@ -78,16 +86,16 @@ pub async fn run(client: Client, options: SchedulerOptions, shutdown: impl Futur
     run_while_leader(
         client.clone(),
         LeaderElectionConfig::new("kube-scheduler"),
-        || run_scheduler(client.clone(), strategy),
+        || run_scheduler(informers.clone(), client.clone(), strategy),
         shutdown,
     )
     .await
 }
 
 /// Schedules until dropped (its API calls are dropped with it).
-pub async fn run_scheduler(client: Client, strategy: ScoringStrategy) {
+pub async fn run_scheduler(informers: Arc<Informers>, client: Client, strategy: ScoringStrategy) {
     tracing::info!(%strategy, "starting the scheduler");
-    Scheduler::new(client, strategy).run().await
+    Scheduler::new(client, strategy).run(&informers).await
 }
 
 /// Whether this scheduler is responsible for the pod.
@@ -117,9 +125,8 @@ enum Outcome {
 
 /// What woke the loop.
 enum Step {
-    Pod(Box<watcher::Event<Pod>>),
-    Node(Box<watcher::Event<Node>>),
-    WatchError(watcher::Error),
+    Pod(Change<Pod>),
+    Node(Change<Node>),
     TaskDone(Outcome),
     BackoffExpired,
     FlushLeftovers,
@@ -139,9 +146,6 @@ struct Scheduler {
     /// The API calls in flight; dropped (aborted) with the scheduler.
     tasks: JoinSet<Outcome>,
     binds: Arc<Semaphore>,
-    /// Objects seen since a watch (re)started listing; `None` outside a relist.
-    relisted_pods: Option<HashSet<String>>,
-    relisted_nodes: Option<HashSet<String>>,
     pods_synced: bool,
     nodes_synced: bool,
 }
@@ -162,32 +166,28 @@ impl Scheduler {
             last_node: None,
             tasks: JoinSet::new(),
             binds: Arc::new(Semaphore::new(BIND_PARALLELISM)),
-            relisted_pods: None,
-            relisted_nodes: None,
             pods_synced: false,
             nodes_synced: false,
         }
     }
 
-    async fn run(mut self) {
-        let pods =
-            watcher(Api::<Pod>::all(self.client.clone()), Default::default()).default_backoff();
-        let nodes =
-            watcher(Api::<Node>::all(self.client.clone()), Default::default()).default_backoff();
+    async fn run(mut self, informers: &Informers) {
+        let (pod_informer, node_informer) = (informers.of::<Pod>(), informers.of::<Node>());
+        let (pod_cache, node_cache) = (pod_informer.store(), node_informer.store());
+        let pods = pod_informer.changes();
+        let nodes = node_informer.changes();
         futures::pin_mut!(pods, nodes);
         let mut leftovers = tokio::time::interval(LEFTOVER_FLUSH_PERIOD);
         loop {
             let backoff_expiry = self.queue.next_backoff_expiry();
             let can_schedule = self.pods_synced && self.nodes_synced && self.queue.has_active();
             let step = tokio::select! {
-                ev = pods.next() => match ev {
-                    Some(Ok(ev)) => Step::Pod(Box::new(ev)),
-                    Some(Err(e)) => Step::WatchError(e),
+                change = pods.next() => match change {
+                    Some(change) => Step::Pod(change),
                     None => Step::Stop,
                 },
-                ev = nodes.next() => match ev {
-                    Some(Ok(ev)) => Step::Node(Box::new(ev)),
-                    Some(Err(e)) => Step::WatchError(e),
+                change = nodes.next() => match change {
+                    Some(change) => Step::Node(change),
                     None => Step::Stop,
                 },
                 Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => match done {
@@ -204,9 +204,8 @@ impl Scheduler {
             };
             let now = Instant::now();
             match step {
-                Step::Pod(ev) => self.on_pod_event(*ev, now),
-                Step::Node(ev) => self.on_node_event(*ev, now),
-                Step::WatchError(e) => tracing::warn!(error = %e, "watch failed; retrying"),
+                Step::Pod(change) => self.on_pod_change(change, &pod_cache, now),
+                Step::Node(change) => self.on_node_change(change, &node_cache, now),
                 Step::TaskDone(outcome) => self.on_outcome(outcome, now),
                 Step::BackoffExpired => self.queue.flush_backoff(now),
                 Step::FlushLeftovers => self.queue.flush_unschedulable_leftovers(now),
@@ -216,17 +215,23 @@ impl Scheduler {
         }
     }
 
-    fn on_pod_event(&mut self, ev: watcher::Event<Pod>, now: Instant) {
-        match ev {
-            watcher::Event::Init => self.relisted_pods = Some(HashSet::new()),
-            watcher::Event::InitApply(pod) => {
-                if let Some(seen) = self.relisted_pods.as_mut() {
-                    seen.insert(pod.uid().unwrap_or_default());
+    fn on_pod_change(&mut self, change: Change<Pod>, cache: &Store<Pod>, now: Instant) {
+        match change {
+            Change::Applied { object, .. } => self.on_pod(object, now),
+            Change::Deleted(pod) => {
+                let uid = pod.uid().unwrap_or_default();
+                self.queue.remove(&uid);
+                if self.cache.remove(&uid) {
+                    self.queue.move_all_unschedulable(now);
                 }
-                self.on_pod(pod, now);
             }
-            watcher::Event::InitDone => {
-                let seen = self.relisted_pods.take().unwrap_or_default();
+            Change::Synced => {
+                // The cache holds every pod there is: take each, forget the rest.
+                let pods = cache.state();
+                let seen: HashSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
+                for pod in pods {
+                    self.on_pod(pod, now);
+                }
                 let mut freed = false;
                 for uid in self.cache.bound_uids() {
                     if !seen.contains(&uid) {
@@ -243,19 +248,11 @@ impl Scheduler {
                 }
                 self.pods_synced = true;
             }
-            watcher::Event::Apply(pod) => self.on_pod(pod, now),
-            watcher::Event::Delete(pod) => {
-                let uid = pod.uid().unwrap_or_default();
-                self.queue.remove(&uid);
-                if self.cache.remove(&uid) {
-                    self.queue.move_all_unschedulable(now);
-                }
-            }
         }
     }
 
     /// A pod added or changed: bound ones are counted on their node, waiting ones queued.
-    fn on_pod(&mut self, pod: Pod, now: Instant) {
+    fn on_pod(&mut self, pod: Arc<Pod>, now: Instant) {
         let uid = pod.uid().unwrap_or_default();
         if let Some(node) = assigned_node(&pod) {
             self.queue.remove(&uid);
@@ -284,35 +281,32 @@ impl Scheduler {
             && pod.metadata.deletion_timestamp.is_none()
             && !is_terminal(&pod)
         {
-            self.queue.add_or_update(Arc::new(pod), now);
+            self.queue.add_or_update(pod, now);
         } else {
             self.queue.remove(&uid);
         }
     }
 
-    fn on_node_event(&mut self, ev: watcher::Event<Node>, now: Instant) {
-        match ev {
-            watcher::Event::Init => self.relisted_nodes = Some(HashSet::new()),
-            watcher::Event::InitApply(node) => {
-                if let Some(seen) = self.relisted_nodes.as_mut() {
-                    seen.insert(node.name_any());
-                }
-                self.on_node(node, now);
+    fn on_node_change(&mut self, change: Change<Node>, cache: &Store<Node>, now: Instant) {
+        match change {
+            Change::Applied { object, .. } => self.on_node(object, now),
+            Change::Deleted(node) => {
+                self.nodes.remove(&node.name_any());
             }
-            watcher::Event::InitDone => {
-                let seen = self.relisted_nodes.take().unwrap_or_default();
+            Change::Synced => {
+                let nodes = cache.state();
+                let seen: HashSet<String> = nodes.iter().map(|n| n.name_any()).collect();
+                for node in nodes {
+                    self.on_node(node, now);
+                }
                 self.nodes.retain(|name, _| seen.contains(name));
                 self.nodes_synced = true;
-            }
-            watcher::Event::Apply(node) => self.on_node(node, now),
-            watcher::Event::Delete(node) => {
-                self.nodes.remove(&node.name_any());
             }
         }
     }
 
-    fn on_node(&mut self, node: Node, now: Instant) {
-        let state = NodeState::new(Arc::new(node));
+    fn on_node(&mut self, node: Arc<Node>, now: Instant) {
+        let state = NodeState::new(node);
         let name = state.node.name_any();
         let helps = match self.nodes.get(&name) {
             None => true,

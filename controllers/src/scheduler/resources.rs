@@ -33,11 +33,11 @@ fn is_scalar(name: &str) -> bool {
 }
 
 fn value(q: &Quantity) -> i64 {
-    minik8s_api::quantity::parse(&q.0).map_or(0, |v| v.ceil() as i64)
+    minik8s_api::quantity::Quantity::parse(&q.0).map_or(0, |q| q.value() as i64)
 }
 
 fn milli_value(q: &Quantity) -> i64 {
-    minik8s_api::quantity::parse(&q.0).map_or(0, |v| (v * 1000.0).ceil() as i64)
+    minik8s_api::quantity::Quantity::parse(&q.0).map_or(0, |q| q.milli_value() as i64)
 }
 
 impl Resources {

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+
+use crate::informers::Change;
 use tokio::time::Instant;
 
 /// Upstream's `ExpectationsTimeout`: after this, a controller acts even if it never saw its
@@ -117,35 +117,27 @@ pub fn controller_key(pod: &Pod, kind: &str) -> Option<String> {
     (owner.kind == kind).then(|| format!("{}/{}", pod.namespace().unwrap_or_default(), owner.name))
 }
 
-/// Records what a pod watch event means for the expectations of controllers of `kind`: a pod
-/// not in `cache` yet is a creation; a pod deleted, or first seen terminating, is a deletion.
-/// Call it on each event before the reflector applies it.
-pub fn observe_pods(
-    expectations: &Expectations,
-    cache: &Store<Pod>,
-    kind: &str,
-    event: &watcher::Event<Pod>,
-) {
-    let seen = |pod: &Pod, deleted: bool| {
-        let Some(key) = controller_key(pod, kind) else {
-            return;
-        };
-        let before = cache.get(&ObjectRef::from_obj(pod));
-        let uid = pod.uid().unwrap_or_default();
-        let known = before.as_ref().is_some_and(|b| b.uid() == pod.uid());
-        if !known && !deleted {
-            expectations.creation_observed(&key);
-        }
-        let was_terminating =
-            known && before.is_some_and(|b| b.metadata.deletion_timestamp.is_some());
-        if deleted || (pod.metadata.deletion_timestamp.is_some() && !was_terminating) {
-            expectations.deletion_observed(&key, &uid);
-        }
+/// Records what a change of the shared pod cache means for the expectations of controllers
+/// of `kind`: a pod new to the cache is a creation; a pod deleted, or first seen terminating,
+/// is a deletion.
+pub fn observe_pods(expectations: &Expectations, kind: &str, change: &Change<Pod>) {
+    let (pod, previous, deleted) = match change {
+        Change::Applied { object, previous } => (object, previous.as_ref(), false),
+        Change::Deleted(pod) => (pod, None, true),
+        Change::Synced => return,
     };
-    match event {
-        watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => seen(pod, false),
-        watcher::Event::Delete(pod) => seen(pod, true),
-        watcher::Event::Init | watcher::Event::InitDone => {}
+    let Some(key) = controller_key(pod, kind) else {
+        return;
+    };
+    let uid = pod.uid().unwrap_or_default();
+    let known = previous.is_some_and(|b| b.uid() == pod.uid());
+    if !known && !deleted {
+        expectations.creation_observed(&key);
+    }
+    let was_terminating =
+        known && previous.is_some_and(|b| b.metadata.deletion_timestamp.is_some());
+    if deleted || (pod.metadata.deletion_timestamp.is_some() && !was_terminating) {
+        expectations.deletion_observed(&key, &uid);
     }
 }
 
@@ -153,7 +145,6 @@ pub fn observe_pods(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-    use kube::runtime::reflector;
 
     fn pod(name: &str, uid: &str, owner: &str) -> Pod {
         let mut p = Pod::default();
@@ -169,44 +160,41 @@ mod tests {
         p
     }
 
+    fn applied(pod: Pod, previous: Option<Pod>) -> Change<Pod> {
+        Change::Applied {
+            object: std::sync::Arc::new(pod),
+            previous: previous.map(std::sync::Arc::new),
+        }
+    }
+
     #[test]
-    fn creations_are_counted_from_the_watch() {
+    fn creations_are_counted_from_the_cache_changes() {
         let e = Expectations::new();
-        let (reader, mut writer) = reflector::store::<Pod>();
         assert!(e.satisfied("ns/rs"));
         e.expect_creations("ns/rs", 2);
         assert!(!e.satisfied("ns/rs"));
-        let a = watcher::Event::Apply(pod("a", "1", "rs"));
-        observe_pods(&e, &reader, "ReplicaSet", &a);
-        writer.apply_watcher_event(&a);
+        observe_pods(&e, "ReplicaSet", &applied(pod("a", "1", "rs"), None));
         // The same pod again (an update) is not a second creation.
-        observe_pods(&e, &reader, "ReplicaSet", &a);
+        let a = pod("a", "1", "rs");
+        observe_pods(&e, "ReplicaSet", &applied(a.clone(), Some(a)));
         assert_eq!(e.pending("ns/rs").0, 1);
         // Pods of other owners or kinds do not count.
-        observe_pods(
-            &e,
-            &reader,
-            "ReplicaSet",
-            &watcher::Event::Apply(pod("b", "2", "other")),
-        );
-        observe_pods(
-            &e,
-            &reader,
-            "Job",
-            &watcher::Event::Apply(pod("c", "3", "rs")),
-        );
+        observe_pods(&e, "ReplicaSet", &applied(pod("b", "2", "other"), None));
+        observe_pods(&e, "Job", &applied(pod("c", "3", "rs"), None));
         assert!(!e.satisfied("ns/rs"));
-        // A failed creation lowers the expectation too.
-        e.creation_observed("ns/rs");
+        // A pod re-created under the same name is a creation.
+        observe_pods(
+            &e,
+            "ReplicaSet",
+            &applied(pod("a", "9", "rs"), Some(pod("a", "1", "rs"))),
+        );
         assert!(e.satisfied("ns/rs"));
     }
 
     #[test]
     fn deletions_are_tracked_by_uid() {
         let e = Expectations::new();
-        let (reader, mut writer) = reflector::store::<Pod>();
         let a = pod("a", "1", "rs");
-        writer.apply_watcher_event(&watcher::Event::Apply(a.clone()));
         e.expect_deletions("ns/rs", ["1".to_string()]);
         assert!(!e.satisfied("ns/rs"));
         let mut terminating = a.clone();
@@ -214,15 +202,10 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::now(),
             ));
-        observe_pods(
-            &e,
-            &reader,
-            "ReplicaSet",
-            &watcher::Event::Apply(terminating),
-        );
+        observe_pods(&e, "ReplicaSet", &applied(terminating, Some(a.clone())));
         assert!(e.satisfied("ns/rs"));
         e.expect_deletions("ns/rs", ["1".to_string()]);
-        observe_pods(&e, &reader, "ReplicaSet", &watcher::Event::Delete(a));
+        observe_pods(&e, "ReplicaSet", &Change::Deleted(std::sync::Arc::new(a)));
         assert!(e.satisfied("ns/rs"));
     }
 }

@@ -7,7 +7,7 @@ pub mod events;
 pub mod expectations;
 pub mod pods;
 pub mod queue;
+pub mod reconciler;
 pub mod runtime;
 pub mod service_pods;
-pub mod sync;
 pub mod taints;

@@ -10,11 +10,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 
 use super::pods::{is_ready, is_terminal};
+use crate::informers::{Change, Informer};
 
 /// The annotation both controllers set on what they write.
 pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
@@ -229,11 +228,11 @@ impl Memberships {
     }
 }
 
-/// A reflector over `api` that calls `on_change(object, deleted)` for every event after the
-/// store has applied it.
+/// Follows a shared informer, calling `on_change(object, deleted)` for every change after the
+/// cache holds it, and for every cached object after a sync. Returns the cache and the future
+/// that follows.
 pub fn reflect<K, F>(
-    api: Api<K>,
-    config: watcher::Config,
+    informer: Informer<K>,
     on_change: F,
 ) -> (Store<K>, impl std::future::Future<Output = ()> + Send)
 where
@@ -246,20 +245,24 @@ where
         + 'static,
     F: Fn(&K, bool) + Send + 'static,
 {
-    let (reader, writer) = reflector::store::<K>();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+    let store = informer.store();
+    let changes = informer.changes();
+    let cache = store.clone();
     let run = async move {
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => on_change(&o, false),
-                Ok(watcher::Event::Delete(o)) => on_change(&o, true),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "watch failed; retrying"),
+        futures::pin_mut!(changes);
+        while let Some(change) = changes.next().await {
+            match change {
+                Change::Applied { object, .. } => on_change(&object, false),
+                Change::Deleted(object) => on_change(&object, true),
+                Change::Synced => {
+                    for object in cache.state() {
+                        on_change(&object, false);
+                    }
+                }
             }
         }
     };
-    (reader, run)
+    (store, run)
 }
 
 /// The labels of what is written for `svc`: its own labels, minus the controller's reserved

@@ -3,6 +3,7 @@
 //! waiting for real minutes.
 
 use crate::support;
+use minik8s_controllers::informers::Informers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,9 +58,12 @@ async fn cluster() -> anyhow::Result<Cluster> {
             }
         }),
         tokio::spawn(run_binder(client.clone(), nodes)),
-        tokio::spawn(job::run_with(client.clone(), options)),
-        tokio::spawn(cronjob::run_with(client.clone(), clock.clone())),
-        tokio::spawn(ttl_after_finished::run(client.clone())),
+        tokio::spawn(job::run_with(Informers::new(client.clone()), options)),
+        tokio::spawn(cronjob::run_with(
+            Informers::new(client.clone()),
+            clock.clone(),
+        )),
+        tokio::spawn(ttl_after_finished::run(Informers::new(client.clone()))),
     ];
     Ok(Cluster {
         _api: api,

@@ -3,6 +3,7 @@
 //! rolling update.
 
 use crate::support;
+use minik8s_controllers::informers::Informers;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -49,7 +50,7 @@ async fn daemonsets_run_one_pod_per_eligible_node_and_roll() -> anyhow::Result<(
             }
         }),
         tokio::spawn(run_binder(client.clone(), hollow_nodes.clone())),
-        tokio::spawn(daemonset::run(client.clone())),
+        tokio::spawn(daemonset::run(Informers::new(client.clone()))),
     ];
 
     let sets: Api<DaemonSet> = Api::namespaced(client.clone(), "default");

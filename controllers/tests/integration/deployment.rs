@@ -2,6 +2,7 @@
 //! in-process API server and hollow nodes.
 
 use crate::common;
+use minik8s_controllers::informers::Informers;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -49,8 +50,8 @@ fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
 
 async fn start() -> anyhow::Result<(Cluster, Api<Deployment>, Api<ReplicaSet>, Api<Pod>)> {
     let mut cluster = Cluster::start().await?;
-    cluster.spawn(replicaset::run(cluster.client.clone()));
-    cluster.spawn(deployment::run(cluster.client.clone()));
+    cluster.spawn(replicaset::run(Informers::new(cluster.client.clone())));
+    cluster.spawn(deployment::run(Informers::new(cluster.client.clone())));
     let c = cluster.client.clone();
     Ok((
         cluster,
@@ -489,8 +490,8 @@ async fn controller_restarts_while_scaling_neither_duplicate_nor_lose_replicas()
         .await?;
     let start = |c: &Client| {
         (
-            tokio::spawn(replicaset::run(c.clone())),
-            tokio::spawn(deployment::run(c.clone())),
+            tokio::spawn(replicaset::run(Informers::new(c.clone()))),
+            tokio::spawn(deployment::run(Informers::new(c.clone()))),
         )
     };
     let mut running = start(&client);

@@ -1,6 +1,7 @@
 //! The EndpointSlice and Endpoints controllers against the in-process API server, with hollow
 //! nodes running the pods (so pods have IPs and readiness).
 
+use minik8s_controllers::informers::Informers;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -43,12 +44,12 @@ async fn cluster(max_per_slice: usize) -> anyhow::Result<Cluster> {
             let _ = hollow::run(c, config).await;
         }),
         tokio::spawn(endpointslice::run_with(
-            client.clone(),
+            Informers::new(client.clone()),
             endpointslice::Config {
                 max_endpoints_per_slice: max_per_slice,
             },
         )),
-        tokio::spawn(endpoints::run(client.clone())),
+        tokio::spawn(endpoints::run(Informers::new(client.clone()))),
     ];
     Ok(Cluster {
         _api: api,

@@ -2,6 +2,7 @@
 //! and a test binder standing in for the scheduler.
 
 use crate::support;
+use minik8s_controllers::informers::Informers;
 
 use std::time::Duration;
 
@@ -49,7 +50,7 @@ async fn cluster() -> anyhow::Result<Cluster> {
             }
         }),
         tokio::spawn(run_binder(client.clone(), nodes)),
-        tokio::spawn(job::run_with(client.clone(), options)),
+        tokio::spawn(job::run_with(Informers::new(client.clone()), options)),
     ];
     Ok(Cluster {
         _api: api,

@@ -2,6 +2,7 @@
 //! emptied of every kind (custom resources too), reports what holds it up in its conditions,
 //! and disappears once its content is gone.
 
+use minik8s_controllers::informers::Informers;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, NamespaceCondition, Pod, Secret};
@@ -26,7 +27,9 @@ fn condition<'a>(ns: &'a Namespace, type_: &str) -> Option<&'a NamespaceConditio
 async fn deleting_a_namespace_deletes_its_content_then_the_namespace() -> anyhow::Result<()> {
     let api = InProcess::start(Backend::Sqlite).await?;
     let client = api.client();
-    tokio::spawn(minik8s_controllers::namespace::run(client.clone()));
+    tokio::spawn(minik8s_controllers::namespace::run(Informers::new(
+        client.clone(),
+    )));
     let pp = PostParams::default();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces

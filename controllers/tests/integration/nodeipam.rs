@@ -2,6 +2,7 @@
 //! node, the table rebuilt from the nodes after a restart, ranges freed by deleted nodes, and
 //! CIDRNotAvailable when the cluster range is used up.
 
+use minik8s_controllers::informers::Informers;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ async fn ranges_allocated_rebuilt_released_and_exhausted() -> anyhow::Result<()>
     .into_iter()
     .collect::<BTreeSet<_>>();
 
-    let ipam = tokio::spawn(nodeipam::run(client.clone(), config()));
+    let ipam = tokio::spawn(nodeipam::run(Informers::new(client.clone()), config()));
     for name in ["n0", "n1", "n2"] {
         nodes.create(&pp, &node(name)).await?;
     }
@@ -65,7 +66,7 @@ async fn ranges_allocated_rebuilt_released_and_exhausted() -> anyhow::Result<()>
     let _ = ipam.await;
     nodes.create(&pp, &node("n3")).await?;
     nodes.create(&pp, &node("n4")).await?;
-    let ipam = tokio::spawn(nodeipam::run(client.clone(), config()));
+    let ipam = tokio::spawn(nodeipam::run(Informers::new(client.clone()), config()));
     let got = eventually(WAIT, "one of n3 and n4 with the last range", || async {
         let a = cidr(&nodes.get("n3").await.ok()?);
         let b = cidr(&nodes.get("n4").await.ok()?);

@@ -3,6 +3,7 @@
 //! Unknown and tainted, its pods NotReady and evicted as their tolerations say, and all of it
 //! is undone when the node comes back.
 
+use minik8s_controllers::informers::Informers;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -90,13 +91,13 @@ async fn silent_node_goes_unknown_is_tainted_evicted_and_recovers() -> anyhow::R
     let stable = tokio::spawn(hollow::run(client.clone(), hollow_config("stable-")));
     let doomed = tokio::spawn(hollow::run(client.clone(), hollow_config("doomed-")));
     let lifecycle = tokio::spawn(nodelifecycle::run(
-        client.clone(),
+        Informers::new(client.clone()),
         NodeLifecycleConfig {
             node_monitor_grace_period: Duration::from_secs(2),
             ..Default::default()
         },
     ));
-    let eviction = tokio::spawn(tainteviction::run(client.clone()));
+    let eviction = tokio::spawn(tainteviction::run(Informers::new(client.clone())));
 
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
@@ -292,7 +293,7 @@ async fn no_eviction_taints_when_every_node_is_down() -> anyhow::Result<()> {
     })
     .await;
     let lifecycle = tokio::spawn(nodelifecycle::run(
-        client.clone(),
+        Informers::new(client.clone()),
         NodeLifecycleConfig {
             node_monitor_grace_period: Duration::from_secs(2),
             ..Default::default()

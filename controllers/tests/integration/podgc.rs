@@ -1,6 +1,7 @@
 //! The pod garbage collector against the in-process API server: pods of nodes that are gone
 //! and finished pods over the threshold are force-deleted; everything else stays.
 
+use minik8s_controllers::informers::Informers;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -88,7 +89,7 @@ async fn orphaned_and_surplus_terminated_pods_are_collected() -> anyhow::Result<
     nodes.delete("gone-0", &DeleteParams::default()).await?;
 
     let gc = tokio::spawn(podgc::run(
-        client.clone(),
+        Informers::new(client.clone()),
         PodGcConfig {
             terminated_pod_gc_threshold: 2,
             orphan_quarantine: Duration::from_millis(500),

@@ -1,6 +1,7 @@
 //! The ReplicaSet controller against the in-process API server and hollow nodes.
 
 use crate::common;
+use minik8s_controllers::informers::Informers;
 
 use std::collections::HashSet;
 
@@ -62,7 +63,7 @@ async fn settled(sets: &Api<ReplicaSet>, pods: &Api<Pod>, name: &str, n: usize) 
 #[tokio::test]
 async fn scales_up_and_down_with_status_and_events() -> anyhow::Result<()> {
     let mut cluster = Cluster::start().await?;
-    cluster.spawn(replicaset::run(cluster.client.clone()));
+    cluster.spawn(replicaset::run(Informers::new(cluster.client.clone())));
     let sets: Api<ReplicaSet> = Api::namespaced(cluster.client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
     sets.create(&PostParams::default(), &rs("web", "web", 3))
@@ -118,7 +119,7 @@ async fn adopts_matching_orphans_and_releases_relabelled_pods() -> anyhow::Resul
     }))?;
     pods.create(&PostParams::default(), &other).await?;
 
-    cluster.spawn(replicaset::run(cluster.client.clone()));
+    cluster.spawn(replicaset::run(Informers::new(cluster.client.clone())));
     let created = sets
         .create(&PostParams::default(), &rs("web", "web", 2))
         .await?;
@@ -163,7 +164,7 @@ async fn adopts_matching_orphans_and_releases_relabelled_pods() -> anyhow::Resul
 #[tokio::test]
 async fn scale_down_deletes_unready_pods_first() -> anyhow::Result<()> {
     let mut cluster = Cluster::start().await?;
-    cluster.spawn(replicaset::run(cluster.client.clone()));
+    cluster.spawn(replicaset::run(Informers::new(cluster.client.clone())));
     let sets: Api<ReplicaSet> = Api::namespaced(cluster.client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
     sets.create(&PostParams::default(), &rs("web", "web", 3))
@@ -217,7 +218,7 @@ async fn restarts_neither_duplicate_nor_lose_replicas() -> anyhow::Result<()> {
     });
     sets.create(&PostParams::default(), &rs("web", "web", 1))
         .await?;
-    let mut controller = tokio::spawn(replicaset::run(client.clone()));
+    let mut controller = tokio::spawn(replicaset::run(Informers::new(client.clone())));
     let mut before = 0;
     for replicas in [4, 9, 15, 24] {
         scale(&sets, "web", replicas).await;
@@ -230,7 +231,7 @@ async fn restarts_neither_duplicate_nor_lose_replicas() -> anyhow::Result<()> {
         controller.abort();
         let _ = controller.await;
         common::writes_settled(&client).await;
-        controller = tokio::spawn(replicaset::run(client.clone()));
+        controller = tokio::spawn(replicaset::run(Informers::new(client.clone())));
     }
     settled(&sets, &pods, "web", 24).await;
     controller.abort();

@@ -1,6 +1,7 @@
 //! The root-CA publisher against the in-process API server: every namespace has the
 //! `kube-root-ca.crt` ConfigMap, and it comes back after an edit or a delete.
 
+use minik8s_controllers::informers::Informers;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -32,7 +33,7 @@ async fn every_namespace_holds_the_root_ca() -> anyhow::Result<()> {
     let api = InProcess::start(Backend::Sqlite).await?;
     let client = api.client();
     tokio::spawn(minik8s_controllers::rootcacertpublisher::run(
-        client.clone(),
+        Informers::new(client.clone()),
         CA.to_string(),
     ));
     // Namespaces from before the controller started, and new ones.

@@ -1,6 +1,7 @@
 //! The scheduler against the in-process API server and hollow nodes: placement, the reasons it
 //! gives when nothing fits, retrying when the cluster changes, and bursts of pods.
 
+use minik8s_controllers::informers::Informers;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -80,6 +81,7 @@ async fn start_nodes(client: &Client, config: HollowConfig) -> tokio::task::Join
 
 fn start_scheduler(client: &Client, strategy: ScoringStrategy) -> tokio::task::JoinHandle<()> {
     tokio::spawn(scheduler::run(
+        Informers::new(client.clone()),
         client.clone(),
         SchedulerOptions {
             scoring_strategy: strategy,
@@ -138,6 +140,7 @@ async fn pods_spread_over_nodes_under_the_leader_lease() -> anyhow::Result<()> {
     let client = api.client();
     let _nodes = start_nodes(&client, HollowConfig::default()).await;
     let _scheduler = tokio::spawn(scheduler::run(
+        Informers::new(client.clone()),
         client.clone(),
         SchedulerOptions::default(),
         std::future::pending(),

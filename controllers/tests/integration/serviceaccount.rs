@@ -1,5 +1,6 @@
 //! The ServiceAccount controller against the in-process API server.
 
+use minik8s_controllers::informers::Informers;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -14,7 +15,9 @@ const WAIT: Duration = Duration::from_secs(30);
 async fn every_namespace_gets_a_default_service_account_back() -> anyhow::Result<()> {
     let api = InProcess::start(Backend::Sqlite).await?;
     let client = api.client();
-    tokio::spawn(minik8s_controllers::serviceaccount::run(client.clone()));
+    tokio::spawn(minik8s_controllers::serviceaccount::run(Informers::new(
+        client.clone(),
+    )));
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(

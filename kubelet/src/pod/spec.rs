@@ -353,8 +353,8 @@ pub fn sandbox_config(config: &KubeletConfig, pod: &Pod, attempt: u32) -> cri::P
 }
 
 fn milli(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<i64> {
-    q.and_then(|q| minik8s_api::quantity::parse(&q.0))
-        .map(|v| (v * 1000.0).ceil() as i64)
+    q.and_then(|q| minik8s_api::quantity::Quantity::parse(&q.0))
+        .map(|q| q.milli_value() as i64)
 }
 
 const CPU_PERIOD: i64 = 100_000;
@@ -379,8 +379,8 @@ pub fn linux_resources(c: &Container, qos: &str, node_memory: f64) -> cri::Linux
         .map(|m| (m * CPU_PERIOD / 1000).max(1000))
         .unwrap_or(0);
     let memory_limit = lim("memory")
-        .and_then(|q| minik8s_api::quantity::parse(&q.0))
-        .map(|v| v as i64)
+        .and_then(|q| minik8s_api::quantity::Quantity::parse(&q.0))
+        .map(|q| q.value() as i64)
         .unwrap_or(0);
     let memory_request = req("memory")
         .and_then(|q| minik8s_api::quantity::parse(&q.0))

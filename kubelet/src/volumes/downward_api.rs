@@ -8,7 +8,9 @@ use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, Pod, Resource
 
 use super::NodeAllocatable;
 use super::atomic_writer::{FileProjection, Payload};
-use super::util::{Exact, aggregate, ceil_div};
+use minik8s_api::quantity::Quantity;
+
+use super::util::{aggregate, ceil_div};
 
 pub(crate) const PLUGIN: &str = "kubernetes.io~downward-api";
 
@@ -139,14 +141,14 @@ fn find_container<'a>(pod: &'a Pod, name: &str) -> Result<&'a Container, String>
         .ok_or_else(|| format!("container {name} not found"))
 }
 
-fn quantity(c: &Container, group: &str, resource: &str) -> Option<Exact> {
+fn quantity(c: &Container, group: &str, resource: &str) -> Option<Quantity> {
     let r = c.resources.as_ref()?;
     let list = if group == "limits" {
         r.limits.as_ref()
     } else {
         r.requests.as_ref()
     }?;
-    list.get(resource).and_then(|q| Exact::parse(&q.0))
+    list.get(resource).and_then(|q| Quantity::parse(&q.0))
 }
 
 /// Upstream's ExtractResourceValueByContainerNameAndNodeAllocatable: a container's limit or
@@ -160,7 +162,7 @@ pub(crate) fn resource_value(
     let divisor = selector
         .divisor
         .as_ref()
-        .and_then(|q| Exact::parse(&q.0))
+        .and_then(|q| Quantity::parse(&q.0))
         .filter(|d| d.milli_value() != 0);
     let (group, resource) = selector
         .resource
@@ -178,22 +180,24 @@ pub(crate) fn resource_value(
     if group == "limits" && value.is_none_or(|v| v.milli_value() == 0) {
         // MergeContainerResourceLimits: an unset limit is the node's allocatable.
         let cap = match resource {
-            "cpu" => Some(Exact::parse(&format!("{}m", allocatable.cpu_millis))),
-            "memory" => Some(Exact::parse(&allocatable.memory.to_string())),
-            "ephemeral-storage" => Some(Exact::parse(&allocatable.ephemeral_storage.to_string())),
+            "cpu" => Some(Quantity::parse(&format!("{}m", allocatable.cpu_millis))),
+            "memory" => Some(Quantity::parse(&allocatable.memory.to_string())),
+            "ephemeral-storage" => {
+                Some(Quantity::parse(&allocatable.ephemeral_storage.to_string()))
+            }
             _ => None,
         };
         if let Some(cap) = cap {
             value = cap;
         }
     }
-    let zero = Exact::parse("0").expect("zero");
+    let zero = Quantity::parse("0").expect("zero");
     let value = value.unwrap_or(zero);
     let out = if resource == "cpu" {
-        let d = divisor.map(Exact::milli_value).unwrap_or(1000);
+        let d = divisor.map(|d| d.milli_value()).unwrap_or(1000);
         ceil_div(value.milli_value(), d)
     } else {
-        let d = divisor.map(Exact::value).filter(|d| *d != 0).unwrap_or(1);
+        let d = divisor.map(|d| d.value()).filter(|d| *d != 0).unwrap_or(1);
         ceil_div(value.value(), d)
     };
     Ok(out.to_string())

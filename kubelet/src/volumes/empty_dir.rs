@@ -8,7 +8,9 @@ use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use nix::mount::{MsFlags, mount};
 
-use super::util::{Exact, is_mount_point, make_dir_all, path_error, set_volume_ownership};
+use minik8s_api::quantity::Quantity as Exact;
+
+use super::util::{is_mount_point, make_dir_all, path_error, set_volume_ownership};
 
 pub(crate) const PLUGIN: &str = "kubernetes.io~empty-dir";
 
@@ -76,7 +78,7 @@ fn memory_limit(c: &Container) -> Option<i128> {
         .as_ref()?
         .get("memory")
         .and_then(|q| Exact::parse(&q.0))
-        .map(Exact::value)
+        .map(|q| q.value())
         .filter(|v| *v > 0)
 }
 
@@ -100,7 +102,7 @@ pub(crate) fn pod_memory_limit(pod: &Pod) -> Option<i128> {
         .as_ref()
         .and_then(|o| o.get("memory"))
         .and_then(|q| Exact::parse(&q.0))
-        .map(Exact::value)
+        .map(|q| q.value())
         .unwrap_or(0);
     Some(sum.max(init) + overhead)
 }
@@ -117,7 +119,7 @@ pub(crate) fn memory_size(node_memory: i128, pod: &Pod, size_limit: Option<&Quan
     }
     if let Some(limit) = size_limit
         .and_then(|q| Exact::parse(&q.0))
-        .map(Exact::value)
+        .map(|q| q.value())
         && limit > 0
         && limit <= size
     {

@@ -1,87 +1,10 @@
-//! Helpers the plugins share: exact resource quantities, the mount table, directory modes,
+//! Helpers the plugins share: rounded-up division, the mount table, directory modes,
 //! fsGroup ownership (upstream's SetVolumeOwnership) and Go-style error aggregation.
 
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-
-/// A resource quantity (`100m`, `1Gi`, `1.5`, `1e3`) as an exact fraction `num / den`, so that
-/// rounding matches upstream's `Value()` and `MilliValue()` (both round up).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Exact {
-    num: i128,
-    den: i128,
-}
-
-impl Exact {
-    pub(crate) fn parse(s: &str) -> Option<Exact> {
-        let s = s.trim();
-        let (negative, s) = match s.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, s.strip_prefix('+').unwrap_or(s)),
-        };
-        let split = s
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len());
-        let (number, suffix) = s.split_at(split);
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return None;
-        }
-        let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-        let mut num: i128 = 0;
-        for d in int.bytes().chain(frac.bytes()) {
-            num = num.checked_mul(10)?.checked_add(i128::from(d - b'0'))?;
-        }
-        let mut den: i128 = 10i128.checked_pow(u32::try_from(frac.len()).ok()?)?;
-        let decimal_exponent: i32 = match suffix {
-            "" => 0,
-            "n" => -9,
-            "u" => -6,
-            "m" => -3,
-            "k" => 3,
-            "M" => 6,
-            "G" => 9,
-            "T" => 12,
-            "P" => 15,
-            "E" => 18,
-            "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
-                let power = match suffix {
-                    "Ki" => 1,
-                    "Mi" => 2,
-                    "Gi" => 3,
-                    "Ti" => 4,
-                    "Pi" => 5,
-                    _ => 6,
-                };
-                num = num.checked_mul(1024i128.checked_pow(power)?)?;
-                0
-            }
-            e if e.len() > 1 && e.starts_with(['e', 'E']) => e[1..].parse().ok()?,
-            _ => return None,
-        };
-        let scale = 10i128.checked_pow(decimal_exponent.unsigned_abs())?;
-        if decimal_exponent >= 0 {
-            num = num.checked_mul(scale)?;
-        } else {
-            den = den.checked_mul(scale)?;
-        }
-        Some(Exact {
-            num: if negative { -num } else { num },
-            den,
-        })
-    }
-
-    /// The value in base units, rounded up (upstream's `Quantity.Value()`).
-    pub(crate) fn value(self) -> i128 {
-        ceil_div(self.num, self.den)
-    }
-
-    /// The value in thousandths, rounded up (upstream's `Quantity.MilliValue()`).
-    pub(crate) fn milli_value(self) -> i128 {
-        ceil_div(self.num.saturating_mul(1000), self.den)
-    }
-}
 
 pub(crate) fn ceil_div(a: i128, b: i128) -> i128 {
     if b == 0 {
@@ -247,25 +170,6 @@ pub(crate) fn path_error(op: &str, path: &Path, e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantities_round_up_like_upstream() {
-        let q = |s| Exact::parse(s).unwrap();
-        assert_eq!(q("100m").milli_value(), 100);
-        assert_eq!(q("100m").value(), 1);
-        assert_eq!(q("0.1").milli_value(), 100);
-        assert_eq!(q("1.5").milli_value(), 1500);
-        assert_eq!(q("128Mi").value(), 128 * 1024 * 1024);
-        assert_eq!(q("1G").value(), 1_000_000_000);
-        assert_eq!(q("1e3").value(), 1000);
-        assert_eq!(q("1E").value(), 1_000_000_000_000_000_000);
-        assert_eq!(q("2.5Ki").value(), 2560);
-        assert_eq!(q("1n").value(), 1);
-        assert_eq!(q("1n").milli_value(), 1);
-        assert_eq!(Exact::parse("ten"), None);
-        assert_eq!(Exact::parse("1Zi"), None);
-        assert_eq!(Exact::parse(""), None);
-    }
 
     #[test]
     fn mountinfo_escapes() {

@@ -25,10 +25,10 @@ use minik8s_api::strategy::{BuiltIn, Strategy};
 use minik8s_api::{ApiError, meta};
 use tokio::sync::watch;
 
-use super::custom::served_versions;
-use super::generic::{DeleteOpts, GenericRegistry, ListQuery};
+use crate::handlers::custom::served_versions;
 use crate::handlers::openapi::Gvk;
 use crate::handlers::resource::Endpoint;
+use crate::registry::generic::{DeleteOpts, GenericRegistry, ListQuery};
 use crate::server::ApiServer;
 use crate::storage::{DynStore, Event, ListOptions, Revision, StoreError};
 

@@ -12,11 +12,10 @@
 //! first, ranked as upstream's `ActivePodsWithRanks` does.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt, future};
+use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -24,33 +23,25 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
-use tracing::Instrument;
 
+use crate::informers::{Change, Informers};
 use crate::util::controller_ref::{claim, controller_of, controller_ref};
 use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
-use crate::util::pods::{is_active, is_available, is_ready, phase, pod_from_template};
-use crate::util::sync::retry;
+use crate::util::pods::{is_active, is_available, is_ready, pod_from_template};
+use crate::util::reconciler::{Error, Reconciler};
+
+mod deletion;
+
+pub use deletion::pods_to_delete;
 
 /// Upstream's `BurstReplicas`: at most this many creations or deletions per sync.
 pub const BURST_REPLICAS: usize = 500;
 const REPORTER: &str = "replicaset-controller";
 const KIND: &str = "ReplicaSet";
-const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-    #[error("invalid selector: {0}")]
-    Selector(#[from] SelectorError),
-    #[error("pod cache closed")]
-    CacheClosed,
-}
 
 struct Ctx {
     client: Client,
@@ -61,40 +52,25 @@ struct Ctx {
 }
 
 /// Runs the controller until dropped.
-pub async fn run(client: Client) {
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
     let expectations = Arc::new(Expectations::new());
-    let (rs_reader, rs_writer) = reflector::store::<ReplicaSet>();
-    let (pod_reader, pod_writer) = reflector::store::<Pod>();
-
+    let sets = informers.of::<ReplicaSet>();
+    let pods = informers.of::<Pod>();
     let forget = expectations.clone();
-    let sets = watcher(Api::<ReplicaSet>::all(client.clone()), Default::default())
-        .default_backoff()
-        .map_ok(move |ev| {
-            if let watcher::Event::Delete(rs) = &ev {
-                forget.forget(&key(rs));
-            }
-            ev
-        })
-        .reflect(rs_writer)
-        .applied_objects();
-
+    let set_changes = sets.touched_after(move |c| {
+        if let Change::Deleted(rs) = c {
+            forget.forget(&key(rs));
+        }
+    });
     let observed = expectations.clone();
-    let cache = pod_reader.clone();
-    let pods = watcher(Api::<Pod>::all(client.clone()), Default::default())
-        .default_backoff()
-        .map_ok(move |ev| {
-            observe_pods(&observed, &cache, KIND, &ev);
-            ev
-        })
-        .reflect(pod_writer)
-        .touched_objects();
-
-    let controller = Controller::for_stream(sets, rs_reader);
-    let sets_cache = controller.store();
+    let pod_changes = pods.touched_after(move |c| observe_pods(&observed, KIND, c));
+    let controller = Controller::for_shared_stream(set_changes, sets.store());
+    let sets_cache = sets.store();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
-        sets: controller.store(),
-        pods: pod_reader,
+        sets: sets.store(),
+        pods: pods.store(),
         expectations,
         recorder: Recorder::new(
             client,
@@ -104,8 +80,11 @@ pub async fn run(client: Client) {
             },
         ),
     });
+    let (reconcile, error_policy) = Reconciler::new("replicaset", sync).split();
     controller
-        .watches_stream(pods, move |pod: Pod| owners_of_pod(&sets_cache, &pod))
+        .watches_shared_stream(pod_changes, move |pod: Arc<Pod>| {
+            owners_of_pod(&sets_cache, &pod)
+        })
         .run(reconcile, error_policy, ctx)
         .for_each(|_| future::ready(()))
         .await;
@@ -142,25 +121,12 @@ fn rs_selector(rs: &ReplicaSet) -> Result<Selector, SelectorError> {
     Selector::from_label_selector(rs.spec.as_ref().map(|s| &s.selector))
 }
 
-fn error_policy(rs: Arc<ReplicaSet>, error: &Error, _: Arc<Ctx>) -> Action {
-    let kube_error = match error {
-        Error::Kube(e) => Some(e),
-        _ => None,
-    };
-    retry(&key(&rs), kube_error, error)
-}
-
-async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let span = tracing::info_span!("sync_replicaset", replicaset = %key(&rs));
-    sync(rs, ctx).instrument(span).await
-}
-
 /// Upstream's `syncReplicaSet`.
 async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.pods
         .wait_until_ready()
         .await
-        .map_err(|_| Error::CacheClosed)?;
+        .map_err(|_| Error::failed("pod cache closed"))?;
     let key = key(&rs);
     let ns = rs.namespace().unwrap_or_default();
     let selector = rs_selector(&rs)?;
@@ -389,131 +355,6 @@ where
     (done, None)
 }
 
-/// The `diff` pods to delete, least valuable first (upstream's `getPodsToDelete`).
-pub fn pods_to_delete(
-    pods: &[Arc<Pod>],
-    related: &[Arc<Pod>],
-    diff: usize,
-    now: Timestamp,
-) -> Vec<Arc<Pod>> {
-    if diff >= pods.len() {
-        return pods.to_vec();
-    }
-    let mut on_node: HashMap<&str, i32> = HashMap::new();
-    for p in related.iter().filter(|p| is_active(p)) {
-        *on_node.entry(node_name(p)).or_default() += 1;
-    }
-    let mut ranked: Vec<(i32, &Arc<Pod>)> = pods
-        .iter()
-        .map(|p| (on_node.get(node_name(p)).copied().unwrap_or(0), p))
-        .collect();
-    ranked.sort_by(|a, b| compare_for_deletion((a.1, a.0), (b.1, b.0), now));
-    ranked
-        .into_iter()
-        .take(diff)
-        .map(|(_, p)| p.clone())
-        .collect()
-}
-
-fn node_name(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .unwrap_or("")
-}
-
-fn phase_ordinal(pod: &Pod) -> i32 {
-    match phase(pod) {
-        "Unknown" => 1,
-        "Running" => 2,
-        _ => 0,
-    }
-}
-
-fn deletion_cost(pod: &Pod) -> i32 {
-    pod.annotations()
-        .get(DELETION_COST_ANNOTATION)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn ready_time(pod: &Pod) -> Option<Timestamp> {
-    crate::util::pods::ready_condition(pod)
-        .filter(|c| c.status == "True")
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| t.0)
-}
-
-fn max_restarts(pod: &Pod) -> i32 {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|c| c.restart_count)
-        .max()
-        .unwrap_or(0)
-}
-
-/// Upstream's `logarithmicRankDiff`: how many powers of two apart the ages are.
-fn log_rank_diff(t1: Timestamp, t2: Timestamp, now: Timestamp) -> i64 {
-    let rank = |t: Timestamp| {
-        let d = now.duration_since(t).as_nanos();
-        if d > 0 { (d as f64).log2() as i64 } else { -1 }
-    };
-    rank(t1) - rank(t2)
-}
-
-/// Newer first, a missing time before any; ages in the same power-of-two bucket are ordered
-/// by UID so the choice is random but stable (upstream's LogarithmicScaleDown).
-fn newer_first(
-    a: (Option<Timestamp>, &Pod),
-    b: (Option<Timestamp>, &Pod),
-    now: Timestamp,
-) -> Ordering {
-    match (a.0, b.0) {
-        (x, y) if x == y => Ordering::Equal,
-        (None, _) => Ordering::Less,
-        (_, None) => Ordering::Greater,
-        (Some(x), Some(y)) => match log_rank_diff(x, y, now) {
-            0 => a.1.uid().cmp(&b.1.uid()),
-            d if d < 0 => Ordering::Less,
-            _ => Ordering::Greater,
-        },
-    }
-}
-
-/// Upstream's `ActivePodsWithRanks.Less` as an ordering: the pod to delete first is least.
-fn compare_for_deletion(a: (&Pod, i32), b: (&Pod, i32), now: Timestamp) -> Ordering {
-    let (pa, ra) = a;
-    let (pb, rb) = b;
-    let (na, nb) = (node_name(pa), node_name(pb));
-    if na != nb && (na.is_empty() || nb.is_empty()) {
-        return if na.is_empty() {
-            Ordering::Less
-        } else {
-            Ordering::Greater
-        };
-    }
-    phase_ordinal(pa)
-        .cmp(&phase_ordinal(pb))
-        .then_with(|| is_ready(pa).cmp(&is_ready(pb)))
-        .then_with(|| deletion_cost(pa).cmp(&deletion_cost(pb)))
-        .then_with(|| rb.cmp(&ra))
-        .then_with(|| {
-            if is_ready(pa) && is_ready(pb) {
-                newer_first((ready_time(pa), pa), (ready_time(pb), pb), now)
-            } else {
-                Ordering::Equal
-            }
-        })
-        .then_with(|| max_restarts(pb).cmp(&max_restarts(pa)))
-        .then_with(|| {
-            let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            newer_first((created(pa), pa), (created(pb), pb), now)
-        })
-}
-
 /// Upstream's `calculateStatus`.
 fn calculate_status(
     rs: &ReplicaSet,
@@ -616,81 +457,6 @@ async fn update_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
-    use k8s_openapi::jiff::SignedDuration;
-
-    fn pod(name: &str, node: &str, phase: &str, ready_secs_ago: Option<i64>) -> Arc<Pod> {
-        let now = Timestamp::now();
-        let conditions = ready_secs_ago.map(|s| {
-            vec![PodCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
-                last_transition_time: Some(Time(now - SignedDuration::from_secs(s))),
-                ..Default::default()
-            }]
-        });
-        let mut p = Pod {
-            spec: Some(PodSpec {
-                node_name: (!node.is_empty()).then(|| node.to_string()),
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
-                phase: Some(phase.into()),
-                conditions,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        p.metadata.name = Some(name.into());
-        p.metadata.uid = Some(name.into());
-        p.metadata.creation_timestamp = Some(Time(now - SignedDuration::from_secs(3600)));
-        Arc::new(p)
-    }
-
-    fn names(pods: Vec<Arc<Pod>>) -> Vec<String> {
-        pods.iter().map(|p| p.name_any()).collect()
-    }
-
-    #[test]
-    fn deletion_prefers_unscheduled_pending_unready_then_newer() {
-        let pods = vec![
-            pod("old-ready", "n1", "Running", Some(3000)),
-            pod("new-ready", "n1", "Running", Some(2)),
-            pod("unready", "n1", "Running", None),
-            pod("pending", "n1", "Pending", None),
-            pod("unscheduled", "", "Pending", None),
-        ];
-        let order = names(pods_to_delete(&pods, &[], 4, Timestamp::now()));
-        assert_eq!(order, ["unscheduled", "pending", "unready", "new-ready"]);
-    }
-
-    #[test]
-    fn deletion_prefers_crowded_nodes_and_lower_cost() {
-        let a = pod("a", "n1", "Running", Some(100));
-        let b = pod("b", "n2", "Running", Some(100));
-        let c = pod("c", "n2", "Running", Some(100));
-        let related = vec![a.clone(), b.clone(), c.clone()];
-        let order = names(pods_to_delete(
-            &[a.clone(), b.clone()],
-            &related,
-            1,
-            Timestamp::now(),
-        ));
-        assert_eq!(order, ["b"]);
-        let mut cheap = (*a).clone();
-        cheap
-            .metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(DELETION_COST_ANNOTATION.into(), "-5".into());
-        let order = names(pods_to_delete(
-            &[b.clone(), Arc::new(cheap)],
-            &related,
-            1,
-            Timestamp::now(),
-        ));
-        assert_eq!(order, ["a"]);
-    }
 
     #[tokio::test]
     async fn slow_start_doubles_and_stops_at_the_first_failing_batch() {

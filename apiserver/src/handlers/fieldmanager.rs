@@ -13,7 +13,7 @@ use minik8s_api::validation::{FieldError, Path};
 use minik8s_api::{ApiError, ResourceInfo};
 use serde_json::Value;
 
-use crate::handlers::openapi::{Gvk, KindSchema, kind_definitions};
+use super::openapi::{Gvk, KindSchema, kind_definitions};
 use crate::registry::generic::Part;
 
 /// Most bytes a field manager name may have.

@@ -18,10 +18,10 @@ use minik8s_api::{ApiError, ResourceInfo, Target};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::handlers::codec::{self, status_response};
-use crate::handlers::openapi::{Gvk, KindSchema};
-use crate::handlers::request::Verb;
-use crate::handlers::resource::{ApiRequest, Endpoint, ResourceEndpoint, ServeOptions};
+use super::codec::{self, status_response};
+use super::openapi::{Gvk, KindSchema};
+use super::request::Verb;
+use super::resource::{ApiRequest, Endpoint, ResourceEndpoint, ServeOptions};
 use crate::registry::generic::GenericRegistry;
 use crate::storage::DynStore;
 
@@ -64,7 +64,11 @@ impl CustomEndpoint {
         teardown: watch::Receiver<bool>,
         schema: KindSchema,
     ) -> Self {
-        let registry = Arc::new(GenericRegistry::new(strategy, store));
+        let registry = Arc::new(crate::admission::namespaced(
+            GenericRegistry::new(strategy, store),
+            &options.admission,
+            options.namespaces.as_ref(),
+        ));
         CustomEndpoint {
             // The version's schema types server-side apply (list and map types).
             inner: ResourceEndpoint::new(registry, options).with_schema(schema),

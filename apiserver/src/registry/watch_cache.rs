@@ -1,0 +1,716 @@
+//! The watch cache of one resource (upstream's Cacher): one store watch per resource instead
+//! of one per client, every change decoded once, kept in memory with a window of recent
+//! events, and fanned out to every watcher with its selectors applied. Each object's JSON is
+//! encoded at most once, however many watchers and lists send it.
+//!
+//! Watches from a resourceVersion the window still holds, and from "now" (`0` or unset, which
+//! replay the state first), are served here; an older start falls back to the store, which
+//! keeps history until compaction (410 after that, as before). Lists with `resourceVersion=0`,
+//! with `NotOlderThan`, or consistent lists without a limit, are served from memory once the
+//! cache has reached the revision they need.
+//!
+//! One task follows the store; registering a watcher and applying an event both take the
+//! state lock, so a new watcher gets every event after its snapshot exactly once. A watcher
+//! that cannot keep up (its buffer is full) is closed: its client resumes from the last
+//! resourceVersion it saw, from the window.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use minik8s_api::ApiError;
+use minik8s_api::selector::{FieldSelector, Selector};
+use minik8s_api::strategy::Strategy;
+use serde::{Serialize, Serializer};
+use tokio::sync::{mpsc, watch};
+
+use crate::storage::{DynStore, Event, KeyValue, ListOptions, Revision, StoreError};
+
+/// Events kept for resuming watches: those of the last 75 seconds (upstream's
+/// `eventFreshDuration`), at least this many and at most ten times as many.
+const WINDOW_MIN: usize = 1_000;
+const WINDOW_FRESH: Duration = Duration::from_secs(75);
+/// Live events buffered for one watcher before it is closed as too slow.
+const WATCHER_BUFFER: usize = 4_096;
+/// How long a read waits for the cache to reach the revision it needs.
+const REVISION_WAIT: Duration = Duration::from_secs(3);
+
+/// An object as the cache (or a read from the store) holds it, with its resourceVersion,
+/// shared by every watcher and list that sends it; its JSON is encoded once, on first use.
+pub struct Cached<O> {
+    pub object: O,
+    json: OnceLock<Bytes>,
+}
+
+impl<O: Serialize> Cached<O> {
+    pub fn new(object: O) -> Arc<Self> {
+        Arc::new(Cached {
+            object,
+            json: OnceLock::new(),
+        })
+    }
+
+    /// The object's JSON.
+    pub fn json(&self) -> Bytes {
+        self.json
+            .get_or_init(|| Bytes::from(serde_json::to_vec(&self.object).unwrap_or_default()))
+            .clone()
+    }
+}
+
+impl<O: Serialize> Serialize for Cached<O> {
+    fn serialize<Ser: Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
+        self.object.serialize(s)
+    }
+}
+
+impl<O> std::fmt::Debug for Cached<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached").finish_non_exhaustive()
+    }
+}
+
+/// Something a response can carry as JSON without encoding it again.
+pub trait Encoded: Serialize {
+    fn json(&self) -> Bytes;
+}
+
+impl<O: Serialize> Encoded for Arc<Cached<O>> {
+    fn json(&self) -> Bytes {
+        Cached::json(self)
+    }
+}
+
+/// One change the cache applied.
+struct Change<O> {
+    revision: Revision,
+    key: String,
+    /// The object after the change; for a delete, its last state at the delete's revision.
+    object: Arc<Cached<O>>,
+    /// The object before the change (`None` for a create).
+    prev: Option<Arc<Cached<O>>>,
+    /// `prev` at this change's revision: what watchers whose selection the object leaves
+    /// get as deleted; made on first need.
+    left: OnceLock<Arc<Cached<O>>>,
+    deleted: bool,
+    at: Instant,
+}
+
+/// What a watcher is sent.
+pub enum Delivered<O> {
+    Added(Arc<Cached<O>>),
+    Modified(Arc<Cached<O>>),
+    Deleted(Arc<Cached<O>>),
+    Bookmark(Revision),
+}
+
+/// Which changes a watcher wants.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Keys under this prefix only (the namespace's).
+    pub prefix: String,
+    pub labels: Selector,
+    pub fields: FieldSelector,
+}
+
+struct Watcher<O> {
+    filter: Filter,
+    tx: mpsc::Sender<Delivered<O>>,
+    bookmarks: Option<Duration>,
+    last_bookmark: Instant,
+}
+
+struct State<O> {
+    objects: BTreeMap<String, Arc<Cached<O>>>,
+    /// The newest revision the cache reflects (changes and progress reports).
+    revision: Revision,
+    window: VecDeque<Arc<Change<O>>>,
+    /// Every change after this revision is in the window.
+    window_start: Revision,
+    watchers: HashMap<u64, Watcher<O>>,
+    next_id: u64,
+}
+
+/// Decides whether an object matches a watcher's or a list's selectors.
+pub type Matcher<O> = Arc<dyn Fn(&O, &Selector, &FieldSelector) -> bool + Send + Sync>;
+
+pub struct WatchCache<S: Strategy> {
+    strategy: Arc<S>,
+    matches: Matcher<S::Object>,
+    store: DynStore,
+    prefix: String,
+    state: Mutex<State<S::Object>>,
+    /// The revision reached, for reads that wait for one; 0 until the first list is in.
+    reached: watch::Sender<Revision>,
+}
+
+/// A watcher's events: `initial` first, then `live`.
+pub struct Subscription<O> {
+    pub initial: Vec<Delivered<O>>,
+    pub live: BoxStream<'static, Delivered<O>>,
+    /// The revision `initial` brings the watcher to.
+    pub revision: Revision,
+}
+
+/// A running cache; its task stops once the handle and every [`CacheHandle::keepalive`]
+/// are dropped.
+pub struct CacheHandle<S: Strategy> {
+    pub cache: Arc<WatchCache<S>>,
+    stop: Arc<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl<S: Strategy> CacheHandle<S> {
+    /// Keeps the cache following the store while held: an open watch holds one, so that it
+    /// still gets the changes written after its registry was replaced (a CRD that starts
+    /// terminating is served anew, its open watches go on).
+    pub fn keepalive(&self) -> impl Send + Sync + 'static {
+        self.stop.clone()
+    }
+}
+
+/// Where a watch starts.
+pub enum Start {
+    /// The current state first (as ADDED events), then every change.
+    Replay,
+    /// Every change after this revision.
+    After(Revision),
+}
+
+impl<S: Strategy> WatchCache<S>
+where
+    S::Object: Serialize,
+{
+    /// Starts following `prefix` of `store`, until the returned handle is dropped.
+    pub fn start(
+        strategy: Arc<S>,
+        matches: Matcher<S::Object>,
+        store: DynStore,
+        prefix: String,
+    ) -> CacheHandle<S> {
+        let cache = Arc::new(WatchCache {
+            strategy,
+            matches,
+            store,
+            prefix,
+            state: Mutex::new(State {
+                objects: BTreeMap::new(),
+                revision: 0,
+                window: VecDeque::new(),
+                window_start: 0,
+                watchers: HashMap::new(),
+                next_id: 0,
+            }),
+            reached: watch::channel(0).0,
+        });
+        // A cache nobody serves from any more (a custom resource no longer served) stops
+        // following the store when its handle goes.
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = cache.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                tokio::select! {
+                    result = task.follow() => match result {
+                        Ok(()) => backoff = Duration::from_millis(100),
+                        Err(e) => {
+                            tracing::warn!(prefix = %task.prefix, error = %e, "watch cache relists");
+                            backoff = (backoff * 2).min(Duration::from_secs(10));
+                        }
+                    },
+                    _ = &mut stopped => return,
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = &mut stopped => return,
+                }
+            }
+        });
+        CacheHandle {
+            cache,
+            stop: Arc::new(stop),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<S::Object>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of `obj` with `revision` as its resourceVersion.
+    fn at_revision(&self, obj: &S::Object, revision: Revision) -> S::Object {
+        let mut obj = obj.clone();
+        self.strategy.meta_mut(&mut obj).resource_version = Some(revision.to_string());
+        obj
+    }
+
+    fn decode(&self, kv: &KeyValue, revision: Revision) -> Result<S::Object, String> {
+        let mut obj = self.strategy.decode_stored(&kv.value)?;
+        self.strategy.meta_mut(&mut obj).resource_version = Some(revision.to_string());
+        Ok(obj)
+    }
+
+    /// Lists, then applies every change until the store's watch ends or fails.
+    async fn follow(&self) -> Result<(), StoreError> {
+        let list = self
+            .store
+            .list(ListOptions {
+                prefix: self.prefix.clone(),
+                ..Default::default()
+            })
+            .await?;
+        let mut objects = BTreeMap::new();
+        for kv in &list.kvs {
+            match self.decode(kv, kv.mod_revision) {
+                Ok(obj) => {
+                    objects.insert(kv.key.clone(), Cached::new(obj));
+                }
+                Err(e) => {
+                    tracing::error!(key = %kv.key, error = %e, "corrupt object left out of the watch cache")
+                }
+            }
+        }
+        {
+            let mut state = self.lock();
+            state.objects = objects;
+            state.revision = list.revision;
+            state.window.clear();
+            state.window_start = list.revision;
+            // Watchers of an earlier list cannot be continued exactly: they end and resume.
+            state.watchers.clear();
+        }
+        // A store without any write yet is at revision 0; the cache is listed all the same.
+        self.reached.send_replace(list.revision.max(1));
+        let mut events = self.store.watch(&self.prefix, list.revision).await?;
+        while let Some(event) = events.next().await {
+            self.apply(event?);
+        }
+        Ok(())
+    }
+
+    fn apply(&self, event: Event) {
+        let revision = event.revision();
+        let mut state = self.lock();
+        let change = match event {
+            Event::Progress(rev) => {
+                state.revision = state.revision.max(rev);
+                let now = Instant::now();
+                state.watchers.retain(|_, w| match w.bookmarks {
+                    Some(every) if now.duration_since(w.last_bookmark) >= every => {
+                        w.last_bookmark = now;
+                        !matches!(
+                            w.tx.try_send(Delivered::Bookmark(rev)),
+                            Err(mpsc::error::TrySendError::Closed(_))
+                        )
+                    }
+                    _ => !w.tx.is_closed(),
+                });
+                drop(state);
+                self.reached.send_replace(rev);
+                return;
+            }
+            Event::Put { kv, .. } => {
+                let object = match self.decode(&kv, kv.mod_revision) {
+                    Ok(o) => Cached::new(o),
+                    Err(e) => {
+                        tracing::error!(key = %kv.key, error = %e, "corrupt object left out of the watch cache");
+                        return;
+                    }
+                };
+                let prev = state.objects.insert(kv.key.clone(), object.clone());
+                Change {
+                    revision,
+                    key: kv.key,
+                    object,
+                    prev,
+                    left: OnceLock::new(),
+                    deleted: false,
+                    at: Instant::now(),
+                }
+            }
+            Event::Delete { prev, revision } => {
+                let last = match state.objects.remove(&prev.key) {
+                    Some(c) => self.at_revision(&c.object, revision),
+                    None => match self.decode(&prev, revision) {
+                        Ok(o) => o,
+                        Err(_) => return,
+                    },
+                };
+                let object = Cached::new(last);
+                Change {
+                    revision,
+                    key: prev.key,
+                    prev: Some(object.clone()),
+                    object,
+                    left: OnceLock::new(),
+                    deleted: true,
+                    at: Instant::now(),
+                }
+            }
+        };
+        let change = Arc::new(change);
+        state.revision = revision;
+        state.window.push_back(change.clone());
+        while state.window.len() > WINDOW_MIN
+            && (state.window.len() > WINDOW_MIN * 10
+                || state
+                    .window
+                    .front()
+                    .is_some_and(|c| c.at.elapsed() > WINDOW_FRESH))
+        {
+            if let Some(old) = state.window.pop_front() {
+                state.window_start = old.revision;
+            }
+        }
+        let matches = &self.matches;
+        let at_revision = |o: &S::Object, rev: Revision| self.at_revision(o, rev);
+        state.watchers.retain(|_, w| {
+            let Some(delivered) = deliver(matches.as_ref(), &at_revision, &w.filter, &change)
+            else {
+                return !w.tx.is_closed();
+            };
+            match w.tx.try_send(delivered) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::info!(key = %change.key, "closing a watcher that fell behind");
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+        drop(state);
+        self.reached.send_replace(revision);
+    }
+
+    /// Waits until the cache reflects `revision` (at most a few seconds); the revision
+    /// reached, or `None` when it did not get there in time.
+    pub async fn wait_for(&self, revision: Revision) -> Option<Revision> {
+        let mut rx = self.reached.subscribe();
+        let reached = tokio::time::timeout(REVISION_WAIT, rx.wait_for(|r| *r >= revision.max(1)))
+            .await
+            .ok()?
+            .ok()?;
+        Some(*reached)
+    }
+
+    /// The objects under `filter` at the cache's revision (at least `min_revision`).
+    pub async fn list(
+        &self,
+        filter: &Filter,
+        min_revision: Revision,
+    ) -> Result<(Vec<Arc<Cached<S::Object>>>, Revision), ApiError> {
+        if self.wait_for(min_revision).await.is_none() {
+            let current = *self.reached.borrow();
+            return Err(ApiError::too_large_resource_version(min_revision, current));
+        }
+        let state = self.lock();
+        let items = state
+            .objects
+            .range(filter.prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&filter.prefix))
+            .filter(|(_, o)| (self.matches)(&o.object, &filter.labels, &filter.fields))
+            .map(|(_, o)| o.clone())
+            .collect();
+        Ok((items, state.revision))
+    }
+
+    /// The object at `key`, as the cache holds it.
+    pub async fn get(&self, key: &str) -> Option<Arc<Cached<S::Object>>> {
+        self.wait_for(1).await?;
+        self.lock().objects.get(key).cloned()
+    }
+
+    /// A watch of the changes under `filter` from `start`: what to send first (the replay of
+    /// the state, or the window's changes after the start), then the live changes, and the
+    /// revision the first part ends at. `None` when the window no longer holds the start
+    /// (the caller reads the store's history instead). With `bookmarks`, a BOOKMARK at most
+    /// that often while the resource is idle.
+    pub async fn watch(
+        &self,
+        filter: Filter,
+        start: Start,
+        bookmarks: Option<Duration>,
+    ) -> Result<Option<Subscription<S::Object>>, ApiError> {
+        let wanted = match start {
+            Start::After(rev) => rev,
+            Start::Replay => 1,
+        };
+        if self.wait_for(wanted).await.is_none() {
+            let current = *self.reached.borrow();
+            return Err(ApiError::too_large_resource_version(wanted, current));
+        }
+        let (tx, rx) = mpsc::channel(WATCHER_BUFFER);
+        let mut state = self.lock();
+        let (initial, revision): (Vec<Delivered<S::Object>>, Revision) = match start {
+            Start::Replay => (
+                state
+                    .objects
+                    .range(filter.prefix.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&filter.prefix))
+                    .filter(|(_, o)| (self.matches)(&o.object, &filter.labels, &filter.fields))
+                    .map(|(_, o)| Delivered::Added(o.clone()))
+                    .collect(),
+                state.revision,
+            ),
+            Start::After(rev) => {
+                if rev < state.window_start {
+                    return Ok(None);
+                }
+                let first = state.window.partition_point(|c| c.revision <= rev);
+                let at_revision = |o: &S::Object, rev: Revision| self.at_revision(o, rev);
+                let replay = state
+                    .window
+                    .range(first..)
+                    .filter_map(|c| deliver(self.matches.as_ref(), &at_revision, &filter, c))
+                    .collect();
+                (replay, rev)
+            }
+        };
+        let id = state.next_id;
+        state.next_id += 1;
+        state.watchers.insert(
+            id,
+            Watcher {
+                filter,
+                tx,
+                bookmarks,
+                last_bookmark: Instant::now(),
+            },
+        );
+        drop(state);
+        Ok(Some(Subscription {
+            initial,
+            live: tokio_stream::wrappers::ReceiverStream::new(rx).boxed(),
+            revision,
+        }))
+    }
+}
+
+/// What `change` means to a watcher with `filter`: selector transitions look like an add or
+/// a delete, as upstream's watchers see them.
+fn deliver<O: Serialize>(
+    matches: &(dyn Fn(&O, &Selector, &FieldSelector) -> bool + Send + Sync),
+    at_revision: &dyn Fn(&O, Revision) -> O,
+    filter: &Filter,
+    change: &Change<O>,
+) -> Option<Delivered<O>> {
+    if !change.key.starts_with(&filter.prefix) {
+        return None;
+    }
+    let filtering = !filter.labels.is_empty() || !filter.fields.is_empty();
+    let is = |o: &Arc<Cached<O>>| !filtering || matches(&o.object, &filter.labels, &filter.fields);
+    if change.deleted {
+        return is(&change.object).then(|| Delivered::Deleted(change.object.clone()));
+    }
+    let now = is(&change.object);
+    let was = change.prev.as_ref().is_some_and(is);
+    match (was, now) {
+        (false, true) => Some(Delivered::Added(change.object.clone())),
+        (true, true) => Some(Delivered::Modified(change.object.clone())),
+        // Leaving the selection: the old state, at the revision that changed it.
+        (true, false) => change.prev.as_ref().map(|prev| {
+            let left = change
+                .left
+                .get_or_init(|| Cached::new(at_revision(&prev.object, change.revision)));
+            Delivered::Deleted(left.clone())
+        }),
+        (false, false) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::storage::{SqliteOptions, SqliteStore};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use minik8s_api::strategy::BuiltIn;
+
+    const ROOT: &str = "/registry/configmaps/";
+
+    struct Env {
+        store: DynStore,
+        cache: Arc<WatchCache<BuiltIn<ConfigMap>>>,
+        _handle: CacheHandle<BuiltIn<ConfigMap>>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn strategy() -> BuiltIn<ConfigMap> {
+        let info = minik8s_api::registry::built_in()
+            .into_iter()
+            .find(|r| r.plural == "configmaps")
+            .unwrap();
+        BuiltIn::new(info)
+    }
+
+    fn env() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let store: DynStore = Arc::new(
+            SqliteStore::open(
+                SqliteOptions::new(dir.path().join("state.db")),
+                metrics.store.clone(),
+            )
+            .unwrap(),
+        );
+        let handle = WatchCache::start(
+            Arc::new(strategy()),
+            Arc::new(|cm: &ConfigMap, labels: &Selector, _: &FieldSelector| {
+                labels.matches(cm.metadata.labels.as_ref())
+            }),
+            store.clone(),
+            ROOT.into(),
+        );
+        Env {
+            store,
+            cache: handle.cache.clone(),
+            _handle: handle,
+            _dir: dir,
+        }
+    }
+
+    fn cm(name: &str, app: &str) -> Bytes {
+        Bytes::from(
+            serde_json::to_vec(&serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "default", "labels": {"app": app}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn key(name: &str) -> String {
+        format!("{ROOT}default/{name}")
+    }
+
+    fn selected(app: &str) -> Filter {
+        Filter {
+            prefix: format!("{ROOT}default/"),
+            labels: Selector::parse(&format!("app={app}")).unwrap(),
+            fields: FieldSelector::default(),
+        }
+    }
+
+    /// `ADDED a@5` and the like.
+    fn describe(d: &Delivered<ConfigMap>) -> String {
+        let (ty, o) = match d {
+            Delivered::Added(o) => ("ADDED", o),
+            Delivered::Modified(o) => ("MODIFIED", o),
+            Delivered::Deleted(o) => ("DELETED", o),
+            Delivered::Bookmark(rev) => return format!("BOOKMARK@{rev}"),
+        };
+        format!(
+            "{ty} {}@{}",
+            o.object.metadata.name.clone().unwrap_or_default(),
+            o.object
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default()
+        )
+    }
+
+    #[tokio::test]
+    async fn lists_and_watches_from_memory_with_selector_transitions() {
+        let e = env();
+        let a = e.store.create(&key("a"), cm("a", "web")).await.unwrap();
+        e.store.create(&key("b"), cm("b", "db")).await.unwrap();
+        let (items, rev) = e
+            .cache
+            .list(&selected("web"), a.mod_revision)
+            .await
+            .unwrap();
+        assert_eq!(items.len(), 1);
+        assert!(rev >= a.mod_revision);
+        assert_eq!(
+            items[0].json(),
+            Cached::new(items[0].object.clone()).json(),
+            "the JSON of the cached object"
+        );
+
+        let sub = e
+            .cache
+            .watch(selected("web"), Start::Replay, None)
+            .await
+            .unwrap()
+            .unwrap();
+        let initial: Vec<String> = sub.initial.iter().map(describe).collect();
+        assert_eq!(initial, [format!("ADDED a@{}", a.mod_revision)]);
+        let mut live = sub.live;
+        // b joins the selection, a leaves it, b is deleted.
+        let b2 = e
+            .store
+            .update(&key("b"), cm("b", "web"), a.mod_revision + 1)
+            .await
+            .unwrap();
+        let a2 = e
+            .store
+            .update(&key("a"), cm("a", "db"), a.mod_revision)
+            .await
+            .unwrap();
+        let (_, deleted) = e.store.delete(&key("b"), None).await.unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            seen.push(describe(&live.next().await.unwrap()));
+        }
+        assert_eq!(
+            seen,
+            [
+                format!("ADDED b@{}", b2.mod_revision),
+                format!("DELETED a@{}", a2.mod_revision),
+                format!("DELETED b@{deleted}"),
+            ]
+        );
+
+        // A watch from a revision in the window gets what came after it, filtered.
+        let sub = e
+            .cache
+            .watch(selected("web"), Start::After(a.mod_revision + 1), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let replayed: Vec<String> = sub.initial.iter().map(describe).collect();
+        assert_eq!(replayed, seen);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_watcher_that_falls_behind_is_closed_and_others_go_on() {
+        let e = env();
+        let all = Filter {
+            prefix: ROOT.into(),
+            ..Default::default()
+        };
+        let slow = e
+            .cache
+            .watch(all.clone(), Start::Replay, None)
+            .await
+            .unwrap()
+            .unwrap();
+        let fast = e
+            .cache
+            .watch(all, Start::Replay, None)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut fast_live = fast.live;
+        let total = WATCHER_BUFFER + 10;
+        let reader = tokio::spawn(async move {
+            let mut n = 0;
+            while n < total {
+                fast_live.next().await.unwrap();
+                n += 1;
+            }
+            n
+        });
+        for i in 0..total {
+            e.store
+                .create(&key(&format!("c{i}")), cm("c", "x"))
+                .await
+                .unwrap();
+        }
+        assert_eq!(reader.await.unwrap(), total);
+        let received = slow.live.count().await;
+        assert!(received <= WATCHER_BUFFER, "{received}");
+    }
+}

@@ -1,0 +1,373 @@
+//! One watch and one cache per kind per process, shared by every controller (and the scheduler)
+//! running in it: upstream's SharedInformerFactory. At 30,000 pods a cache of all pods is
+//! hundreds of MiB, and each controller used to keep its own.
+//!
+//! An informer lists and watches its kind into a [`Store`], then tells every subscriber what
+//! changed, after the cache holds the change: [`Change::Applied`] with the object as the cache
+//! held it before (so "is this pod new to the cache" is answered without a second cache), and
+//! [`Change::Deleted`]. A relist (the start, or a watch that could not resume) is turned into
+//! the changes it makes, as upstream's `Replace`, then [`Change::Synced`]. A subscriber that
+//! falls too far behind gets [`Change::Synced`] instead of what it missed and must look at the
+//! whole cache again.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use futures::{FutureExt, Stream, StreamExt, stream};
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
+
+/// Changes buffered for subscribers before the slowest is told to resync.
+const BUFFER: usize = 16 * 1024;
+
+/// A change of the shared cache of one kind.
+#[derive(Debug)]
+pub enum Change<K> {
+    /// Added or updated; `previous` is what the cache held before (`None`: new to it).
+    Applied {
+        object: Arc<K>,
+        previous: Option<Arc<K>>,
+    },
+    /// Gone, as last seen.
+    Deleted(Arc<K>),
+    /// The cache holds a complete list (after the first list, a relist, or changes this
+    /// subscriber missed): look at all of it.
+    Synced,
+}
+
+impl<K> Clone for Change<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Change::Applied { object, previous } => Change::Applied {
+                object: object.clone(),
+                previous: previous.clone(),
+            },
+            Change::Deleted(o) => Change::Deleted(o.clone()),
+            Change::Synced => Change::Synced,
+        }
+    }
+}
+
+impl<K> Change<K> {
+    /// The object an `Applied` or `Deleted` change is about.
+    pub fn object(&self) -> Option<&Arc<K>> {
+        match self {
+            Change::Applied { object, .. } | Change::Deleted(object) => Some(object),
+            Change::Synced => None,
+        }
+    }
+}
+
+/// The shared cache of one kind and its changes.
+pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    changes: broadcast::Sender<Change<K>>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Clone for Informer<K> {
+    fn clone(&self) -> Self {
+        Informer {
+            store: self.store.clone(),
+            changes: self.changes.clone(),
+        }
+    }
+}
+
+impl<K> Informer<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// Starts the watch into a new cache; it runs until the process ends.
+    fn start(api: Api<K>, config: watcher::Config) -> Self {
+        let (store, writer) = kube::runtime::reflector::store::<K>();
+        let (changes, _) = broadcast::channel(BUFFER);
+        let informer = Informer {
+            store: store.clone(),
+            changes: changes.clone(),
+        };
+        tokio::spawn(async move {
+            let mut events = watcher::watcher(api, config).default_backoff().boxed();
+            let mut applier = Applier {
+                writer,
+                store,
+                changes,
+            };
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(event) => applier.apply(event),
+                    Err(e) => tracing::warn!(error = %e, kind = %K::kind(&()), "informer watch"),
+                }
+            }
+        });
+        informer
+    }
+
+    /// The cache.
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Every change from now on, starting with [`Change::Synced`] when the cache is complete
+    /// already (else the first list's changes and its `Synced` come as they happen).
+    pub fn changes(&self) -> impl Stream<Item = Change<K>> + Send + use<K> {
+        let rx = self.changes.subscribe();
+        // Subscribed first: whatever the first list publishes from now on reaches `rx`.
+        let listed = self.store.wait_until_ready().now_or_never().is_some();
+        let first = stream::iter(listed.then_some(Change::Synced));
+        let rest = stream::unfold(rx, |mut rx| async move {
+            match rx.recv().await {
+                Ok(change) => Some((change, rx)),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, kind = %K::kind(&()), "informer subscriber fell behind; resyncing");
+                    Some((Change::Synced, rx))
+                }
+                Err(broadcast::error::RecvError::Closed) => None,
+            }
+        });
+        first.chain(rest)
+    }
+
+    /// The objects of every change (for kube-runtime's `for_shared_stream` and
+    /// `watches_shared_stream`): each changed object, and every cached one after a sync.
+    pub fn touched(&self) -> impl Stream<Item = Arc<K>> + Send + use<K> {
+        self.touched_after(|_| {})
+    }
+
+    /// [`Self::touched`], calling `on_change` with each change before its objects go on
+    /// (expectations count what the cache has seen this way).
+    pub fn touched_after<F>(
+        &self,
+        mut on_change: F,
+    ) -> impl Stream<Item = Arc<K>> + Send + use<K, F>
+    where
+        F: FnMut(&Change<K>) + Send + 'static,
+    {
+        let store = self.store.clone();
+        self.changes().flat_map(move |change| {
+            on_change(&change);
+            match change {
+                Change::Applied { object, .. } | Change::Deleted(object) => {
+                    stream::iter(vec![object]).left_stream()
+                }
+                Change::Synced => stream::iter(store.state()).right_stream(),
+            }
+        })
+    }
+}
+
+/// Applies watch events to the cache and publishes what they changed.
+struct Applier<K: Resource<DynamicType = ()> + Clone + 'static> {
+    writer: Writer<K>,
+    store: Store<K>,
+    changes: broadcast::Sender<Change<K>>,
+}
+
+impl<K> Applier<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+{
+    fn publish(&self, change: Change<K>) {
+        // No subscriber yet is fine: they start from the cache.
+        let _ = self.changes.send(change);
+    }
+
+    fn apply(&mut self, event: watcher::Event<K>) {
+        match &event {
+            watcher::Event::Apply(obj) => {
+                let key = ObjectRef::from_obj(obj);
+                let previous = self.store.get(&key);
+                self.writer.apply_watcher_event(&event);
+                if let Some(object) = self.store.get(&key) {
+                    self.publish(Change::Applied { object, previous });
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                let key = ObjectRef::from_obj(obj);
+                let last = self
+                    .store
+                    .get(&key)
+                    .unwrap_or_else(|| Arc::new(obj.clone()));
+                self.writer.apply_watcher_event(&event);
+                self.publish(Change::Deleted(last));
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => {
+                self.writer.apply_watcher_event(&event);
+            }
+            watcher::Event::InitDone => {
+                // What the relist changed, as upstream's Replace delivers it.
+                let before: HashMap<ObjectRef<K>, Arc<K>> = self
+                    .store
+                    .state()
+                    .into_iter()
+                    .map(|o| (ObjectRef::from_obj(o.as_ref()), o))
+                    .collect();
+                self.writer.apply_watcher_event(&event);
+                let mut after_keys = std::collections::HashSet::new();
+                for object in self.store.state() {
+                    let key = ObjectRef::from_obj(object.as_ref());
+                    let previous = before.get(&key).cloned();
+                    let same = previous
+                        .as_ref()
+                        .is_some_and(|p| p.resource_version() == object.resource_version());
+                    after_keys.insert(key);
+                    if !same {
+                        self.publish(Change::Applied { object, previous });
+                    }
+                }
+                for (key, last) in before {
+                    if !after_keys.contains(&key) {
+                        self.publish(Change::Deleted(last));
+                    }
+                }
+                self.publish(Change::Synced);
+            }
+        }
+    }
+}
+
+/// The informers of one process, started on first use.
+pub struct Informers {
+    client: Client,
+    started: Mutex<HashMap<(TypeId, String), Box<dyn Any + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for Informers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informers").finish_non_exhaustive()
+    }
+}
+
+impl Informers {
+    pub fn new(client: Client) -> Arc<Self> {
+        Arc::new(Informers {
+            client,
+            started: Mutex::default(),
+        })
+    }
+
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The informer of every `K` in the cluster (all namespaces).
+    pub fn of<K>(&self) -> Informer<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        ObjectRef<K>: Hash + Eq,
+    {
+        self.with(
+            Api::all(self.client.clone()),
+            watcher::Config::default(),
+            "",
+        )
+    }
+
+    /// The informer of the `K` that `config` selects; `id` names the selection (two calls
+    /// with the same id share one informer).
+    pub fn selected<K>(&self, config: watcher::Config, id: &str) -> Informer<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        ObjectRef<K>: Hash + Eq,
+    {
+        self.with(Api::all(self.client.clone()), config, id)
+    }
+
+    fn with<K>(&self, api: Api<K>, config: watcher::Config, id: &str) -> Informer<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let mut started = self.started.lock().expect("informers");
+        let key = (TypeId::of::<K>(), id.to_string());
+        if let Some(existing) = started.get(&key)
+            && let Some(informer) = existing.downcast_ref::<Informer<K>>()
+        {
+            return informer.clone();
+        }
+        let informer = Informer::start(api, config);
+        started.insert(key, Box::new(informer.clone()));
+        informer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("default".into());
+        c.metadata.resource_version = Some(rv.into());
+        c
+    }
+
+    fn describe(c: &Change<ConfigMap>) -> String {
+        match c {
+            Change::Applied { object, previous } => format!(
+                "applied {}@{} (was {})",
+                object.name_any(),
+                object.resource_version().unwrap_or_default(),
+                previous
+                    .as_ref()
+                    .and_then(|p| p.resource_version())
+                    .unwrap_or_else(|| "new".into())
+            ),
+            Change::Deleted(o) => format!("deleted {}", o.name_any()),
+            Change::Synced => "synced".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn changes_carry_what_the_cache_held_and_relists_become_changes() {
+        let (store, writer) = kube::runtime::reflector::store::<ConfigMap>();
+        let (changes, mut rx) = broadcast::channel(64);
+        let mut a = Applier {
+            writer,
+            store: store.clone(),
+            changes,
+        };
+        a.apply(watcher::Event::Init);
+        a.apply(watcher::Event::InitApply(cm("a", "1")));
+        a.apply(watcher::Event::InitApply(cm("b", "2")));
+        a.apply(watcher::Event::InitDone);
+        a.apply(watcher::Event::Apply(cm("a", "3")));
+        a.apply(watcher::Event::Delete(cm("b", "4")));
+        // A relist that finds `a` changed, `b` back, and `c` gone missing while unwatched.
+        a.apply(watcher::Event::Apply(cm("c", "5")));
+        a.apply(watcher::Event::Init);
+        a.apply(watcher::Event::InitApply(cm("a", "6")));
+        a.apply(watcher::Event::InitApply(cm("b", "7")));
+        a.apply(watcher::Event::InitDone);
+        let mut seen = Vec::new();
+        while let Ok(c) = rx.try_recv() {
+            seen.push(describe(&c));
+        }
+        seen[..2].sort();
+        seen[6..8].sort();
+        assert_eq!(
+            seen,
+            [
+                "applied a@1 (was new)",
+                "applied b@2 (was new)",
+                "synced",
+                "applied a@3 (was 1)",
+                "deleted b",
+                "applied c@5 (was new)",
+                "applied a@6 (was 3)",
+                "applied b@7 (was new)",
+                "deleted c",
+                "synced",
+            ]
+        );
+        assert_eq!(store.state().len(), 2);
+    }
+}
