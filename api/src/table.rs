@@ -3444,11 +3444,7 @@ mod tests {
     #[test]
     fn quantities() {
         // Quantity's own tests cover the forms; the column falls back to the text as given.
-        for (input, want) in [
-            ("1024Mi", "1Gi"),
-            ("0.5", "500m"),
-            ("garbage", "garbage"),
-        ] {
+        for (input, want) in [("1024Mi", "1Gi"), ("0.5", "500m"), ("garbage", "garbage")] {
             assert_eq!(canonical_quantity(input), want, "{input}");
         }
     }
