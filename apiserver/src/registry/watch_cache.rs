@@ -387,6 +387,10 @@ where
     /// reached, or `None` when it did not get there in time.
     pub async fn wait_for(&self, revision: Revision) -> Option<Revision> {
         let mut rx = self.reached.subscribe();
+        if *rx.borrow() < revision && *rx.borrow() > 0 {
+            // Nothing under this prefix may change for a while: the store says where it is.
+            self.store.request_progress();
+        }
         let reached = tokio::time::timeout(REVISION_WAIT, rx.wait_for(|r| *r >= revision.max(1)))
             .await
             .ok()?
@@ -545,14 +549,14 @@ mod tests {
     }
 
     fn env() -> Env {
+        env_with(SqliteOptions::new)
+    }
+
+    fn env_with(options: impl FnOnce(std::path::PathBuf) -> SqliteOptions) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Metrics::new();
         let store: DynStore = Arc::new(
-            SqliteStore::open(
-                SqliteOptions::new(dir.path().join("state.db")),
-                metrics.store.clone(),
-            )
-            .unwrap(),
+            SqliteStore::open(options(dir.path().join("state.db")), metrics.store.clone()).unwrap(),
         );
         let handle = WatchCache::start(
             Arc::new(strategy()),
@@ -609,6 +613,33 @@ mod tests {
                 .clone()
                 .unwrap_or_default()
         )
+    }
+
+    /// A consistent list needs the cache at the store's newest revision, which a write of
+    /// another kind moves; the cache must not wait for the next periodic progress report.
+    #[tokio::test]
+    async fn consistent_list_after_a_write_elsewhere_asks_the_store_for_progress() {
+        let e = env_with(|path| SqliteOptions {
+            progress_interval: Duration::from_secs(3600),
+            ..SqliteOptions::new(path)
+        });
+        e.store.create(&key("a"), cm("a", "web")).await.unwrap();
+        e.cache.wait_for(1).await.unwrap();
+        for i in 0..3 {
+            let other = e
+                .store
+                .create(&format!("/registry/secrets/default/s{i}"), cm("s", "x"))
+                .await
+                .unwrap();
+            let current = e.store.current_revision().await.unwrap();
+            assert_eq!(current, other.mod_revision);
+            let (items, revision) = e.cache.list(&selected("web"), current).await.unwrap();
+            assert_eq!(items.len(), 1);
+            assert!(
+                revision >= current,
+                "listed at {revision}, wanted {current}"
+            );
+        }
     }
 
     #[tokio::test]

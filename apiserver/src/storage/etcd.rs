@@ -27,6 +27,8 @@ pub struct EtcdStore {
     metrics: Arc<StoreMetrics>,
     compacted: AtomicI64,
     progress_interval: Duration,
+    /// Bumped by [`Store::request_progress`]; every watch stream asks etcd for progress.
+    progress_requests: tokio::sync::watch::Sender<u64>,
 }
 
 fn backend(e: etcd_client::Error) -> StoreError {
@@ -66,6 +68,7 @@ impl EtcdStore {
             metrics,
             compacted: AtomicI64::new(0),
             progress_interval: DEFAULT_PROGRESS_INTERVAL,
+            progress_requests: tokio::sync::watch::channel(0).0,
         };
         // Fail at start-up, not on the first request, when etcd is not there.
         let revision = store.current_revision().await?;
@@ -272,6 +275,7 @@ impl Store for EtcdStore {
         let (tx, rx) = mpsc::channel(256);
         let interval = self.progress_interval;
         let metrics = self.metrics.clone();
+        let mut progress_requests = self.progress_requests.subscribe();
         metrics.watchers.inc();
         tokio::spawn(async move {
             let mut ticker =
@@ -281,6 +285,11 @@ impl Store for EtcdStore {
                 tokio::select! {
                     _ = ticker.tick() => {
                         if requests.request_progress().await.is_err() {
+                            break 'feed;
+                        }
+                    }
+                    requested = progress_requests.changed() => {
+                        if requested.is_err() || requests.request_progress().await.is_err() {
                             break 'feed;
                         }
                     }
@@ -337,6 +346,10 @@ impl Store for EtcdStore {
             metrics.watchers.dec();
         });
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    fn request_progress(&self) {
+        self.progress_requests.send_modify(|n| *n += 1);
     }
 
     async fn current_revision(&self) -> Result<Revision> {

@@ -126,6 +126,10 @@ pub trait Store: Send + Sync + 'static {
     /// live changes; `Progress` items now and then while nothing matches.
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream>;
     async fn current_revision(&self) -> Result<Revision>;
+    /// Asks every open watch stream to report its progress now rather than at the next
+    /// interval (etcd's RequestProgress): a consistent read served from a watch cache waits
+    /// for that report when nothing under the cache's prefix has changed since.
+    fn request_progress(&self);
     /// Forgets history up to `revision`; reads and watches before it answer `Compacted`.
     async fn compact(&self, revision: Revision) -> Result<()>;
     /// The oldest revision that can still be read or watched from.

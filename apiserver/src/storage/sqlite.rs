@@ -64,6 +64,8 @@ struct State {
 struct Shared {
     state: RwLock<State>,
     notify: watch::Sender<Revision>,
+    /// Bumped by [`Store::request_progress`]; every watcher reports where it stands.
+    progress_requests: watch::Sender<u64>,
     readers: Vec<Mutex<Connection>>,
     options: SqliteOptions,
     metrics: Arc<StoreMetrics>,
@@ -193,6 +195,7 @@ impl SqliteStore {
                 window_floor: revision,
             }),
             notify,
+            progress_requests: watch::channel(0).0,
             readers,
             options,
             metrics,
@@ -956,6 +959,10 @@ impl Store for SqliteStore {
     async fn compacted_revision(&self) -> Result<Revision> {
         Ok(self.shared.state.read().expect("state lock").compacted)
     }
+
+    fn request_progress(&self) {
+        self.shared.progress_requests.send_modify(|n| *n += 1);
+    }
 }
 
 /// Feeds one watcher from `after` on: the window when it can, the table when it has to.
@@ -966,6 +973,8 @@ async fn feed_watcher(
     tx: mpsc::Sender<Result<Event>>,
 ) {
     let mut changes = shared.notify.subscribe();
+    let mut progress_requests = shared.progress_requests.subscribe();
+    let mut report_now = false;
     let mut reported = position;
     let mut last_progress = Instant::now();
     let interval = shared.options.progress_interval;
@@ -1028,6 +1037,13 @@ async fn feed_watcher(
         if behind.is_some() {
             continue;
         }
+        if std::mem::take(&mut report_now) && position > reported {
+            if tx.send(Ok(Event::Progress(position))).await.is_err() {
+                return;
+            }
+            reported = position;
+            last_progress = Instant::now();
+        }
         // Caught up: wait for a commit, reporting progress while nothing here changes.
         let wait = interval.saturating_sub(last_progress.elapsed());
         tokio::select! {
@@ -1044,6 +1060,12 @@ async fn feed_watcher(
                     reported = position;
                 }
                 last_progress = Instant::now();
+            }
+            requested = progress_requests.changed() => {
+                if requested.is_err() {
+                    return;
+                }
+                report_now = true;
             }
             _ = tx.closed() => return,
         }
