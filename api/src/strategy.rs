@@ -135,6 +135,8 @@ pub trait Strategy: Send + Sync + 'static {
     fn keep_spec(&self, obj: &mut Self::Object, old: &Self::Object);
     fn spec_changed(&self, obj: &Self::Object, old: &Self::Object) -> Option<bool>;
     fn supports_field(&self, field: &str) -> bool;
+    /// Every field `supports_field` accepts.
+    fn selectable_fields(&self) -> Vec<String>;
     fn field(&self, obj: &Self::Object, field: &str) -> Option<String>;
     fn scale(&self, obj: &Self::Object) -> Option<ScaleView>;
     fn set_replicas(&self, obj: &mut Self::Object, replicas: i32);
@@ -225,6 +227,9 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     }
     fn supports_field(&self, field: &str) -> bool {
         K::FIELDS.contains(&field)
+    }
+    fn selectable_fields(&self) -> Vec<String> {
+        K::FIELDS.iter().map(|f| f.to_string()).collect()
     }
     fn field(&self, obj: &K, field: &str) -> Option<String> {
         obj.field(field)

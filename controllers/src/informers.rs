@@ -9,6 +9,8 @@
 //! the changes it makes, as upstream's `Replace`, then [`Change::Synced`]. A subscriber that
 //! falls too far behind gets [`Change::Synced`] instead of what it missed and must look at the
 //! whole cache again.
+//!
+//! Objects are cached without their managedFields (upstream's TransformStripManagedFields).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -94,7 +96,12 @@ where
             changes: changes.clone(),
         };
         tokio::spawn(async move {
-            let mut events = watcher::watcher(api, config).default_backoff().boxed();
+            // No component reads managedFields, and they are a good part of every object:
+            // dropped before caching, as kube-scheduler's informers do.
+            let mut events = watcher::watcher(api, config)
+                .default_backoff()
+                .modify(|o| o.managed_fields_mut().clear())
+                .boxed();
             let mut applier = Applier {
                 writer,
                 store,

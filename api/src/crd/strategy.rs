@@ -400,6 +400,12 @@ impl Strategy for CustomStrategy {
     fn supports_field(&self, field: &str) -> bool {
         self.selectable.iter().any(|(name, _)| name == field)
     }
+    fn selectable_fields(&self) -> Vec<String> {
+        self.selectable
+            .iter()
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
     fn field(&self, obj: &CustomObject, field: &str) -> Option<String> {
         let (_, path) = self.selectable.iter().find(|(name, _)| name == field)?;
         let value = obj.to_value();

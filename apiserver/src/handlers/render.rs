@@ -345,7 +345,7 @@ impl Renderer {
                 Render::Table(include) => {
                     let values = items
                         .iter()
-                        .map(serde_json::to_value)
+                        .map(Encoded::value)
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(ApiError::internal)?;
                     with_type(
@@ -360,7 +360,7 @@ impl Renderer {
                 Render::Metadata => {
                     let values = items
                         .iter()
-                        .map(|i| serde_json::to_value(i).map(partial))
+                        .map(|i| i.metadata_value().map(partial))
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(ApiError::internal)?;
                     let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": values});
@@ -410,7 +410,13 @@ impl Renderer {
                 return line;
             }
         }
-        let encoded = |o: &T| serde_json::to_value(o).map_err(ApiError::internal);
+        let encoded = |o: &T| {
+            match self.render {
+                Render::Metadata => o.metadata_value(),
+                _ => o.value(),
+            }
+            .map_err(ApiError::internal)
+        };
         let object = |value: Value| -> Result<Value, ApiError> {
             match self.render {
                 Render::Json | Render::Yaml | Render::Protobuf => Ok(value),

@@ -20,7 +20,7 @@ use minik8s_api::{ApiError, Target, meta};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::watch_cache::{CacheHandle, Cached, Delivered, Filter, Start, WatchCache};
+use super::watch_cache::{Attrs, CacheHandle, Cached, Delivered, Filter, Start, WatchCache};
 use crate::storage::{DynStore, Event, KeyValue, ListOptions, Revision, StoreError};
 
 /// How long a read for a resourceVersion the store has not reached yet waits before 504.
@@ -388,10 +388,19 @@ impl<S: Strategy> GenericRegistry<S> {
     fn cache_handle(&self) -> &CacheHandle<S> {
         self.cache.get_or_init(|| {
             let strategy = self.strategy.clone();
+            let mut names = vec![
+                "metadata.name".to_string(),
+                "metadata.namespace".to_string(),
+            ];
+            names.extend(strategy.selectable_fields());
             WatchCache::start(
                 self.strategy.clone(),
-                Arc::new(move |obj, labels, fields| {
-                    object_matches(strategy.as_ref(), obj, labels, fields)
+                Arc::new(move |obj| Attrs {
+                    labels: strategy.meta(obj).labels.clone(),
+                    fields: names
+                        .iter()
+                        .map(|f| (f.clone(), field_value(strategy.as_ref(), obj, f)))
+                        .collect(),
                 }),
                 self.store.clone(),
                 self.root.clone(),

@@ -1,7 +1,12 @@
 //! The watch cache of one resource (upstream's Cacher): one store watch per resource instead
 //! of one per client, every change decoded once, kept in memory with a window of recent
 //! events, and fanned out to every watcher with its selectors applied. Each object's JSON is
-//! encoded at most once, however many watchers and lists send it.
+//! encoded once, however many watchers and lists send it.
+//!
+//! The cache keeps one form of each object: its JSON, with what selectors look at (labels
+//! and the kind's selectable fields) taken out beside it. A decoded object is several times
+//! the size of its JSON, and nearly every reader (watchers, lists, in-process informers)
+//! wants JSON; the few that do not (Table, YAML, protobuf) decode it again.
 //!
 //! Watches from a resourceVersion the window still holds, and from "now" (`0` or unset, which
 //! replay the state first), are served here; an older start falls back to the store, which
@@ -15,6 +20,7 @@
 //! resourceVersion it saw, from the window.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -24,6 +30,7 @@ use futures::stream::BoxStream;
 use minik8s_api::ApiError;
 use minik8s_api::selector::{FieldSelector, Selector};
 use minik8s_api::strategy::Strategy;
+use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 use tokio::sync::{mpsc, watch};
 
@@ -38,32 +45,42 @@ const WATCHER_BUFFER: usize = 4_096;
 /// How long a read waits for the cache to reach the revision it needs.
 const REVISION_WAIT: Duration = Duration::from_secs(3);
 
-/// An object as the cache (or a read from the store) holds it, with its resourceVersion,
-/// shared by every watcher and list that sends it; its JSON is encoded once, on first use.
+/// An object as the cache (or a read from the store) holds it, with its resourceVersion:
+/// its JSON, encoded once and shared by every watcher and list that sends it.
 pub struct Cached<O> {
-    pub object: O,
-    json: OnceLock<Bytes>,
+    json: Bytes,
+    kind: PhantomData<fn() -> O>,
 }
 
 impl<O: Serialize> Cached<O> {
     pub fn new(object: O) -> Arc<Self> {
         Arc::new(Cached {
-            object,
-            json: OnceLock::new(),
+            json: Bytes::from(serde_json::to_vec(&object).unwrap_or_default()),
+            kind: PhantomData,
         })
-    }
-
-    /// The object's JSON.
-    pub fn json(&self) -> Bytes {
-        self.json
-            .get_or_init(|| Bytes::from(serde_json::to_vec(&self.object).unwrap_or_default()))
-            .clone()
     }
 }
 
-impl<O: Serialize> Serialize for Cached<O> {
+impl<O> Cached<O> {
+    /// The object's JSON.
+    pub fn json(&self) -> Bytes {
+        self.json.clone()
+    }
+}
+
+impl<O: DeserializeOwned> Cached<O> {
+    /// The object, decoded again.
+    pub fn decode(&self) -> Result<O, serde_json::Error> {
+        serde_json::from_slice(&self.json)
+    }
+}
+
+/// Renders other than JSON (Table, YAML, protobuf) go through a JSON value anyway.
+impl<O> Serialize for Cached<O> {
     fn serialize<Ser: Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
-        self.object.serialize(s)
+        serde_json::from_slice::<serde_json::Value>(&self.json)
+            .map_err(serde::ser::Error::custom)?
+            .serialize(s)
     }
 }
 
@@ -76,12 +93,56 @@ impl<O> std::fmt::Debug for Cached<O> {
 /// Something a response can carry as JSON without encoding it again.
 pub trait Encoded: Serialize {
     fn json(&self) -> Bytes;
+
+    /// The object as a JSON value (for Table, YAML and protobuf).
+    fn value(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::from_slice(&self.json())
+    }
+
+    /// `{"metadata": ...}` of the object alone, the rest skipped unparsed (for
+    /// PartialObjectMetadata, which the garbage collector watches every resource as).
+    fn metadata_value(&self) -> serde_json::Result<serde_json::Value> {
+        #[derive(serde::Deserialize)]
+        struct MetadataOnly {
+            #[serde(default)]
+            metadata: serde_json::Value,
+        }
+        let m: MetadataOnly = serde_json::from_slice(&self.json())?;
+        Ok(serde_json::json!({ "metadata": m.metadata }))
+    }
 }
 
-impl<O: Serialize> Encoded for Arc<Cached<O>> {
+impl<O> Encoded for Arc<Cached<O>> {
     fn json(&self) -> Bytes {
         Cached::json(self)
     }
+}
+
+/// What selectors look at in one object: its labels and every field the kind selects on.
+#[derive(Debug, Default)]
+pub struct Attrs {
+    pub labels: Option<BTreeMap<String, String>>,
+    /// `metadata.name`, `metadata.namespace` and the kind's selectable fields.
+    pub fields: Vec<(String, Option<String>)>,
+}
+
+impl Attrs {
+    fn matches(&self, labels: &Selector, fields: &FieldSelector) -> bool {
+        labels.matches(self.labels.as_ref())
+            && (fields.is_empty()
+                || fields.matches(|f| {
+                    self.fields
+                        .iter()
+                        .find(|(name, _)| name == f)
+                        .and_then(|(_, v)| v.clone())
+                }))
+    }
+}
+
+/// One object in the cache: its JSON and what its selectors look at.
+struct Entry<O> {
+    cached: Arc<Cached<O>>,
+    attrs: Arc<Attrs>,
 }
 
 /// One change the cache applied.
@@ -89,9 +150,9 @@ struct Change<O> {
     revision: Revision,
     key: String,
     /// The object after the change; for a delete, its last state at the delete's revision.
-    object: Arc<Cached<O>>,
+    object: Arc<Entry<O>>,
     /// The object before the change (`None` for a create).
-    prev: Option<Arc<Cached<O>>>,
+    prev: Option<Arc<Entry<O>>>,
     /// `prev` at this change's revision: what watchers whose selection the object leaves
     /// get as deleted; made on first need.
     left: OnceLock<Arc<Cached<O>>>,
@@ -124,7 +185,7 @@ struct Watcher<O> {
 }
 
 struct State<O> {
-    objects: BTreeMap<String, Arc<Cached<O>>>,
+    objects: BTreeMap<String, Arc<Entry<O>>>,
     /// The newest revision the cache reflects (changes and progress reports).
     revision: Revision,
     window: VecDeque<Arc<Change<O>>>,
@@ -134,12 +195,12 @@ struct State<O> {
     next_id: u64,
 }
 
-/// Decides whether an object matches a watcher's or a list's selectors.
-pub type Matcher<O> = Arc<dyn Fn(&O, &Selector, &FieldSelector) -> bool + Send + Sync>;
+/// Takes out of an object what selectors look at.
+pub type Indexer<O> = Arc<dyn Fn(&O) -> Attrs + Send + Sync>;
 
 pub struct WatchCache<S: Strategy> {
     strategy: Arc<S>,
-    matches: Matcher<S::Object>,
+    index: Indexer<S::Object>,
     store: DynStore,
     prefix: String,
     state: Mutex<State<S::Object>>,
@@ -186,13 +247,13 @@ where
     /// Starts following `prefix` of `store`, until the returned handle is dropped.
     pub fn start(
         strategy: Arc<S>,
-        matches: Matcher<S::Object>,
+        index: Indexer<S::Object>,
         store: DynStore,
         prefix: String,
     ) -> CacheHandle<S> {
         let cache = Arc::new(WatchCache {
             strategy,
-            matches,
+            index,
             store,
             prefix,
             state: Mutex::new(State {
@@ -238,17 +299,29 @@ where
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A copy of `obj` with `revision` as its resourceVersion.
-    fn at_revision(&self, obj: &S::Object, revision: Revision) -> S::Object {
-        let mut obj = obj.clone();
-        self.strategy.meta_mut(&mut obj).resource_version = Some(revision.to_string());
-        obj
+    /// `entry`'s object with `revision` as its resourceVersion (what a delete reports).
+    fn at_revision(&self, entry: &Entry<S::Object>, revision: Revision) -> Arc<Entry<S::Object>> {
+        let cached = match entry.cached.decode() {
+            Ok(mut obj) => {
+                self.strategy.meta_mut(&mut obj).resource_version = Some(revision.to_string());
+                Cached::new(obj)
+            }
+            Err(_) => entry.cached.clone(),
+        };
+        Arc::new(Entry {
+            cached,
+            attrs: entry.attrs.clone(),
+        })
     }
 
-    fn decode(&self, kv: &KeyValue, revision: Revision) -> Result<S::Object, String> {
+    fn decode(&self, kv: &KeyValue, revision: Revision) -> Result<Arc<Entry<S::Object>>, String> {
         let mut obj = self.strategy.decode_stored(&kv.value)?;
         self.strategy.meta_mut(&mut obj).resource_version = Some(revision.to_string());
-        Ok(obj)
+        let attrs = Arc::new((self.index)(&obj));
+        Ok(Arc::new(Entry {
+            cached: Cached::new(obj),
+            attrs,
+        }))
     }
 
     /// Lists, then applies every change until the store's watch ends or fails.
@@ -263,8 +336,8 @@ where
         let mut objects = BTreeMap::new();
         for kv in &list.kvs {
             match self.decode(kv, kv.mod_revision) {
-                Ok(obj) => {
-                    objects.insert(kv.key.clone(), Cached::new(obj));
+                Ok(entry) => {
+                    objects.insert(kv.key.clone(), entry);
                 }
                 Err(e) => {
                     tracing::error!(key = %kv.key, error = %e, "corrupt object left out of the watch cache")
@@ -312,7 +385,7 @@ where
             }
             Event::Put { kv, .. } => {
                 let object = match self.decode(&kv, kv.mod_revision) {
-                    Ok(o) => Cached::new(o),
+                    Ok(entry) => entry,
                     Err(e) => {
                         tracing::error!(key = %kv.key, error = %e, "corrupt object left out of the watch cache");
                         return;
@@ -330,14 +403,13 @@ where
                 }
             }
             Event::Delete { prev, revision } => {
-                let last = match state.objects.remove(&prev.key) {
-                    Some(c) => self.at_revision(&c.object, revision),
+                let object = match state.objects.remove(&prev.key) {
+                    Some(entry) => self.at_revision(&entry, revision),
                     None => match self.decode(&prev, revision) {
-                        Ok(o) => o,
+                        Ok(entry) => entry,
                         Err(_) => return,
                     },
                 };
-                let object = Cached::new(last);
                 Change {
                     revision,
                     key: prev.key,
@@ -363,11 +435,10 @@ where
                 state.window_start = old.revision;
             }
         }
-        let matches = &self.matches;
-        let at_revision = |o: &S::Object, rev: Revision| self.at_revision(o, rev);
+        let at_revision =
+            |e: &Entry<S::Object>, rev: Revision| self.at_revision(e, rev).cached.clone();
         state.watchers.retain(|_, w| {
-            let Some(delivered) = deliver(matches.as_ref(), &at_revision, &w.filter, &change)
-            else {
+            let Some(delivered) = deliver(&at_revision, &w.filter, &change) else {
                 return !w.tx.is_closed();
             };
             match w.tx.try_send(delivered) {
@@ -413,8 +484,8 @@ where
             .objects
             .range(filter.prefix.clone()..)
             .take_while(|(k, _)| k.starts_with(&filter.prefix))
-            .filter(|(_, o)| (self.matches)(&o.object, &filter.labels, &filter.fields))
-            .map(|(_, o)| o.clone())
+            .filter(|(_, e)| e.attrs.matches(&filter.labels, &filter.fields))
+            .map(|(_, e)| e.cached.clone())
             .collect();
         Ok((items, state.revision))
     }
@@ -422,7 +493,7 @@ where
     /// The object at `key`, as the cache holds it.
     pub async fn get(&self, key: &str) -> Option<Arc<Cached<S::Object>>> {
         self.wait_for(1).await?;
-        self.lock().objects.get(key).cloned()
+        self.lock().objects.get(key).map(|e| e.cached.clone())
     }
 
     /// A watch of the changes under `filter` from `start`: what to send first (the replay of
@@ -452,8 +523,8 @@ where
                     .objects
                     .range(filter.prefix.clone()..)
                     .take_while(|(k, _)| k.starts_with(&filter.prefix))
-                    .filter(|(_, o)| (self.matches)(&o.object, &filter.labels, &filter.fields))
-                    .map(|(_, o)| Delivered::Added(o.clone()))
+                    .filter(|(_, e)| e.attrs.matches(&filter.labels, &filter.fields))
+                    .map(|(_, e)| Delivered::Added(e.cached.clone()))
                     .collect(),
                 state.revision,
             ),
@@ -462,11 +533,12 @@ where
                     return Ok(None);
                 }
                 let first = state.window.partition_point(|c| c.revision <= rev);
-                let at_revision = |o: &S::Object, rev: Revision| self.at_revision(o, rev);
+                let at_revision =
+                    |e: &Entry<S::Object>, rev: Revision| self.at_revision(e, rev).cached.clone();
                 let replay = state
                     .window
                     .range(first..)
-                    .filter_map(|c| deliver(self.matches.as_ref(), &at_revision, &filter, c))
+                    .filter_map(|c| deliver(&at_revision, &filter, c))
                     .collect();
                 (replay, rev)
             }
@@ -493,9 +565,8 @@ where
 
 /// What `change` means to a watcher with `filter`: selector transitions look like an add or
 /// a delete, as upstream's watchers see them.
-fn deliver<O: Serialize>(
-    matches: &(dyn Fn(&O, &Selector, &FieldSelector) -> bool + Send + Sync),
-    at_revision: &dyn Fn(&O, Revision) -> O,
+fn deliver<O>(
+    at_revision: &impl Fn(&Entry<O>, Revision) -> Arc<Cached<O>>,
     filter: &Filter,
     change: &Change<O>,
 ) -> Option<Delivered<O>> {
@@ -503,20 +574,21 @@ fn deliver<O: Serialize>(
         return None;
     }
     let filtering = !filter.labels.is_empty() || !filter.fields.is_empty();
-    let is = |o: &Arc<Cached<O>>| !filtering || matches(&o.object, &filter.labels, &filter.fields);
+    let is = |e: &Arc<Entry<O>>| !filtering || e.attrs.matches(&filter.labels, &filter.fields);
+    let object = || change.object.cached.clone();
     if change.deleted {
-        return is(&change.object).then(|| Delivered::Deleted(change.object.clone()));
+        return is(&change.object).then(|| Delivered::Deleted(object()));
     }
     let now = is(&change.object);
     let was = change.prev.as_ref().is_some_and(is);
     match (was, now) {
-        (false, true) => Some(Delivered::Added(change.object.clone())),
-        (true, true) => Some(Delivered::Modified(change.object.clone())),
+        (false, true) => Some(Delivered::Added(object())),
+        (true, true) => Some(Delivered::Modified(object())),
         // Leaving the selection: the old state, at the revision that changed it.
         (true, false) => change.prev.as_ref().map(|prev| {
             let left = change
                 .left
-                .get_or_init(|| Cached::new(at_revision(&prev.object, change.revision)));
+                .get_or_init(|| at_revision(prev, change.revision));
             Delivered::Deleted(left.clone())
         }),
         (false, false) => None,
@@ -560,8 +632,9 @@ mod tests {
         );
         let handle = WatchCache::start(
             Arc::new(strategy()),
-            Arc::new(|cm: &ConfigMap, labels: &Selector, _: &FieldSelector| {
-                labels.matches(cm.metadata.labels.as_ref())
+            Arc::new(|cm: &ConfigMap| Attrs {
+                labels: cm.metadata.labels.clone(),
+                fields: vec![("metadata.name".into(), cm.metadata.name.clone())],
             }),
             store.clone(),
             ROOT.into(),
@@ -604,14 +677,11 @@ mod tests {
             Delivered::Deleted(o) => ("DELETED", o),
             Delivered::Bookmark(rev) => return format!("BOOKMARK@{rev}"),
         };
+        let o = o.decode().unwrap();
         format!(
             "{ty} {}@{}",
-            o.object.metadata.name.clone().unwrap_or_default(),
-            o.object
-                .metadata
-                .resource_version
-                .clone()
-                .unwrap_or_default()
+            o.metadata.name.clone().unwrap_or_default(),
+            o.metadata.resource_version.clone().unwrap_or_default()
         )
     }
 
@@ -654,11 +724,24 @@ mod tests {
             .unwrap();
         assert_eq!(items.len(), 1);
         assert!(rev >= a.mod_revision);
+        let listed = items[0].decode().unwrap();
+        assert_eq!(listed.metadata.name.as_deref(), Some("a"));
+        assert_eq!(
+            listed.metadata.resource_version,
+            Some(a.mod_revision.to_string())
+        );
         assert_eq!(
             items[0].json(),
-            Cached::new(items[0].object.clone()).json(),
+            Cached::new(listed).json(),
             "the JSON of the cached object"
         );
+        let by_name = Filter {
+            fields: FieldSelector::parse("metadata.name=b").unwrap(),
+            ..selected("db")
+        };
+        let now = e.store.current_revision().await.unwrap();
+        let (items, _) = e.cache.list(&by_name, now).await.unwrap();
+        assert_eq!(items.len(), 1, "a field selector on the indexed name");
 
         let sub = e
             .cache

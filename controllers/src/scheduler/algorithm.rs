@@ -63,8 +63,32 @@ fn fit_message(num_nodes: &usize, rejections: &[Rejection], preemption_never: bo
     format!("0/{num_nodes} nodes are available: {filters}. preemption: {preemption}.")
 }
 
+/// Below this many nodes every node is scored (upstream's minFeasibleNodesToFind).
+const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// The adaptive percentage never goes below this (minFeasibleNodesPercentageToFind).
+const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+
+/// How many feasible nodes are enough to pick from (upstream's numFeasibleNodesToFind with
+/// the default, adaptive percentageOfNodesToScore): all of a small cluster, 42 % of 1,000
+/// nodes, 10 % of 5,000, never fewer than 100.
+pub fn feasible_nodes_to_find(all: usize) -> usize {
+    if all < MIN_FEASIBLE_NODES_TO_FIND {
+        return all;
+    }
+    let percentage = 50usize
+        .saturating_sub(all / 125)
+        .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    (all * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
 /// Chooses a node for `pod` among `nodes` given what `cache` counts on them. `last` is the
 /// previous choice (for RoundRobin); `random(n)` picks among `n` equally good nodes.
+///
+/// As upstream, the search for feasible nodes starts where the previous one stopped
+/// (`next_start`) and ends once [`feasible_nodes_to_find`] nodes pass the filters, so that
+/// large clusters are not filtered and scored whole for every pod; a pod that fits nowhere
+/// is still checked against every node.
+#[allow(clippy::too_many_arguments)]
 pub fn schedule(
     pod: &Pod,
     info: &PodInfo,
@@ -72,6 +96,7 @@ pub fn schedule(
     cache: &Cache,
     strategy: ScoringStrategy,
     last: Option<&str>,
+    next_start: &mut usize,
     random: impl FnOnce(usize) -> usize,
 ) -> Result<String, ScheduleError> {
     if nodes.is_empty() {
@@ -80,7 +105,14 @@ pub fn schedule(
     let empty = NodeUsage::default();
     let mut rejections = Vec::new();
     let mut candidates = Vec::new();
-    for (name, node) in nodes {
+    let wanted = feasible_nodes_to_find(nodes.len());
+    let start = *next_start % nodes.len();
+    let mut processed = 0;
+    for (name, node) in nodes.iter().skip(start).chain(nodes.iter().take(start)) {
+        if candidates.len() >= wanted {
+            break;
+        }
+        processed += 1;
         let usage = cache.usage(name).unwrap_or(&empty);
         match filters::run_all(pod, info, node, usage) {
             Ok(()) => candidates.push(Candidate {
@@ -92,6 +124,7 @@ pub fn schedule(
             Err(r) => rejections.push(r),
         }
     }
+    *next_start = (start + processed) % nodes.len();
     match scoring::select(strategy, &candidates, last, random) {
         Some(i) => Ok(candidates[i].name.to_string()),
         None => Err(ScheduleError::Unfit {
@@ -131,6 +164,17 @@ mod tests {
         .unwrap()
     }
 
+    /// [`schedule`] with ties going to the first candidate.
+    fn pick(
+        p: &Pod,
+        ns: &BTreeMap<String, NodeState>,
+        cache: &Cache,
+        strategy: ScoringStrategy,
+        next: &mut usize,
+    ) -> Result<String, ScheduleError> {
+        schedule(p, &PodInfo::new(p), ns, cache, strategy, None, next, |_| 0)
+    }
+
     fn nodes(list: Vec<NodeState>) -> BTreeMap<String, NodeState> {
         list.into_iter()
             .map(|n| (n.node.metadata.name.clone().unwrap(), n))
@@ -148,14 +192,12 @@ mod tests {
             "nodeSelector": {"disk": "ssd"},
             "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}],
         }));
-        let err = schedule(
+        let err = pick(
             &p,
-            &PodInfo::new(&p),
             &ns,
             &Cache::default(),
             ScoringStrategy::LeastAllocated,
-            None,
-            |_| 0,
+            &mut 0,
         )
         .unwrap_err();
         assert_eq!(
@@ -168,14 +210,12 @@ mod tests {
             "preemptionPolicy": "Never",
             "containers": [{"name": "c", "resources": {"requests": {"cpu": "9"}}}],
         }));
-        let err = schedule(
+        let err = pick(
             &never,
-            &PodInfo::new(&never),
             &ns,
             &Cache::default(),
             ScoringStrategy::LeastAllocated,
-            None,
-            |_| 0,
+            &mut 0,
         )
         .unwrap_err();
         assert_eq!(
@@ -183,17 +223,58 @@ mod tests {
             "0/3 nodes are available: 3 Insufficient cpu. preemption: not eligible due to \
              preemptionPolicy=Never.."
         );
-        let err = schedule(
+        let err = pick(
             &p,
-            &PodInfo::new(&p),
             &BTreeMap::new(),
             &Cache::default(),
             ScoringStrategy::LeastAllocated,
-            None,
-            |_| 0,
+            &mut 0,
         )
         .unwrap_err();
         assert_eq!(err.to_string(), "no nodes available to schedule pods");
+    }
+
+    #[test]
+    fn large_clusters_are_searched_in_part_from_where_the_last_search_stopped() {
+        assert_eq!(feasible_nodes_to_find(99), 99);
+        assert_eq!(feasible_nodes_to_find(100), 100);
+        assert_eq!(feasible_nodes_to_find(200), 100);
+        assert_eq!(feasible_nodes_to_find(1000), 420);
+        assert_eq!(feasible_nodes_to_find(5000), 500);
+        let ns = nodes(
+            (0..1000)
+                .map(|i| node(&format!("n{i:04}"), "4", serde_json::json!({})))
+                .collect(),
+        );
+        let p = pod(serde_json::json!({"containers": [{"name": "c"}]}));
+        let cache = Cache::default();
+        let mut next = 0;
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..3 {
+            let chosen = pick(&p, &ns, &cache, ScoringStrategy::LeastAllocated, &mut next).unwrap();
+            seen.insert(chosen);
+        }
+        // 420 + 420 + 420 nodes looked at: the third search wraps around.
+        assert_eq!(next, 260);
+        assert_eq!(seen.len(), 3, "each search picks among other nodes");
+
+        // A pod that fits nowhere is checked against all 1,000.
+        let big = pod(serde_json::json!({
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "9"}}}],
+        }));
+        let err = pick(
+            &big,
+            &ns,
+            &cache,
+            ScoringStrategy::LeastAllocated,
+            &mut next,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("0/1000 nodes are available: 1000 Insufficient cpu."),
+            "{err}"
+        );
     }
 
     #[test]
@@ -207,16 +288,7 @@ mod tests {
         let mut cache = Cache::default();
         let mut counts = BTreeMap::new();
         for i in 0..10 {
-            let chosen = schedule(
-                &p,
-                &info,
-                &ns,
-                &cache,
-                ScoringStrategy::LeastAllocated,
-                None,
-                |_| 0,
-            )
-            .unwrap();
+            let chosen = pick(&p, &ns, &cache, ScoringStrategy::LeastAllocated, &mut 0).unwrap();
             cache.assume(&i.to_string(), &chosen, info.clone());
             *counts.entry(chosen).or_insert(0) += 1;
         }
@@ -225,16 +297,7 @@ mod tests {
         // MostAllocated packs instead.
         let mut cache = Cache::default();
         for i in 0..4 {
-            let chosen = schedule(
-                &p,
-                &info,
-                &ns,
-                &cache,
-                ScoringStrategy::MostAllocated,
-                None,
-                |_| 0,
-            )
-            .unwrap();
+            let chosen = pick(&p, &ns, &cache, ScoringStrategy::MostAllocated, &mut 0).unwrap();
             cache.assume(&i.to_string(), &chosen, info.clone());
         }
         assert_eq!(cache.usage("a").map(|u| u.pods), Some(4));

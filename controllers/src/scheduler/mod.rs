@@ -143,6 +143,8 @@ struct Scheduler {
     queue: SchedulingQueue,
     /// The node chosen last (RoundRobin continues after it).
     last_node: Option<String>,
+    /// Where the next search for feasible nodes starts (upstream's nextStartNodeIndex).
+    next_start_node: usize,
     /// The API calls in flight; dropped (aborted) with the scheduler.
     tasks: JoinSet<Outcome>,
     binds: Arc<Semaphore>,
@@ -164,6 +166,7 @@ impl Scheduler {
             cache: Cache::default(),
             queue: SchedulingQueue::default(),
             last_node: None,
+            next_start_node: 0,
             tasks: JoinSet::new(),
             binds: Arc::new(Semaphore::new(BIND_PARALLELISM)),
             pods_synced: false,
@@ -352,6 +355,7 @@ impl Scheduler {
             &self.cache,
             self.strategy,
             self.last_node.as_deref(),
+            &mut self.next_start_node,
             |n| rand::random_range(0..n.max(1)),
         );
         match decision {

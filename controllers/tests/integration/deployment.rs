@@ -532,3 +532,111 @@ async fn controller_restarts_while_scaling_neither_duplicate_nor_lose_replicas()
     running.1.abort();
     Ok(())
 }
+
+/// Many Deployments at once, and a rollout of all of them while their first pods are still
+/// being created: no Deployment ever has more live pods than replicas + maxSurge (the
+/// ReplicaSet expectations hold while the cache lags behind the writes), and every status
+/// converges. Issue 13's storm at the size of a test.
+#[tokio::test]
+async fn a_storm_of_deployments_never_overshoots_and_every_status_converges() -> anyhow::Result<()>
+{
+    const DEPLOYMENTS: usize = 8;
+    const REPLICAS: i32 = 25;
+    // The default maxSurge, 25 % of 25 rounded up.
+    const SURGE: i32 = 7;
+    let (mut cluster, deploys, sets, pods) = start().await?;
+
+    // The most live pods each Deployment (label `app`) ever had, event by event.
+    let most: Arc<Mutex<HashMap<String, i32>>> = Arc::default();
+    let seen = most.clone();
+    let watched = pods.clone();
+    cluster.spawn(async move {
+        let mut live: HashMap<String, String> = HashMap::new();
+        let stream = watcher(watched, watcher::Config::default().labels("storm"));
+        futures::pin_mut!(stream);
+        while let Some(Ok(ev)) = stream.next().await {
+            let (watcher::Event::Apply(p)
+            | watcher::Event::InitApply(p)
+            | watcher::Event::Delete(p)) = &ev
+            else {
+                continue;
+            };
+            let app = p.labels()["app"].clone();
+            if matches!(ev, watcher::Event::Delete(_)) || p.metadata.deletion_timestamp.is_some() {
+                live.remove(&p.name_any());
+            } else {
+                live.insert(p.name_any(), app.clone());
+            }
+            let count = live.values().filter(|a| **a == app).count() as i32;
+            let mut most = seen.lock().unwrap();
+            let m = most.entry(app).or_default();
+            *m = (*m).max(count);
+        }
+    });
+
+    let names: Vec<String> = (0..DEPLOYMENTS).map(|i| format!("storm-{i}")).collect();
+    futures::future::try_join_all(names.iter().map(|name| {
+        let d = deploy(
+            name,
+            REPLICAS,
+            serde_json::json!({"template": {"metadata": {"labels": {"storm": "yes"}}}}),
+        );
+        let deploys = deploys.clone();
+        async move { deploys.create(&PostParams::default(), &d).await }
+    }))
+    .await?;
+    // The rollout starts while the first ReplicaSets are still creating their pods.
+    eventually(WAIT, "the storm under way", || async {
+        let n = pods.list(&Default::default()).await.ok()?.items.len();
+        (n >= DEPLOYMENTS * 5).then_some(())
+    })
+    .await;
+    for name in &names {
+        set_image(&deploys, name, "busybox:1.37").await;
+    }
+
+    for name in &names {
+        let d = complete(&deploys, name).await;
+        assert_eq!(d.annotations()[REVISION_ANNOTATION], "2", "{name}");
+        let list = sets_of(&sets, &d).await;
+        let new_hash = list
+            .last()
+            .map(|rs| rs.labels()[POD_TEMPLATE_HASH_LABEL].clone())
+            .unwrap();
+        eventually(WAIT, &format!("{name}: only its new pods"), || async {
+            let all = pods
+                .list(&kube::api::ListParams::default().labels(&format!("app={name}")))
+                .await
+                .ok()?
+                .items;
+            (all.len() == REPLICAS as usize
+                && all
+                    .iter()
+                    .all(|p| p.labels()[POD_TEMPLATE_HASH_LABEL] == new_hash))
+            .then_some(())
+        })
+        .await;
+        eventually(WAIT, &format!("{name}: ReplicaSet statuses"), || async {
+            let list = sets_of(&sets, &d).await;
+            let settled = list.iter().all(|rs| {
+                let s = rs.status.clone().unwrap_or_default();
+                s.observed_generation == rs.metadata.generation
+                    && s.replicas == replicas(rs)
+                    && s.ready_replicas.unwrap_or(0) == replicas(rs)
+                    && s.available_replicas.unwrap_or(0) == replicas(rs)
+            });
+            let sizes: Vec<i32> = list.iter().map(replicas).collect();
+            (settled && sizes == [0, REPLICAS]).then_some(())
+        })
+        .await;
+    }
+    let most = most.lock().unwrap().clone();
+    assert_eq!(most.len(), DEPLOYMENTS, "{most:?}");
+    for (app, n) in &most {
+        assert!(
+            *n <= REPLICAS + SURGE,
+            "{app} had {n} live pods, more than {REPLICAS} replicas + {SURGE} surge: {most:?}"
+        );
+    }
+    Ok(())
+}
