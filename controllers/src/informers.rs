@@ -97,10 +97,11 @@ where
         };
         tokio::spawn(async move {
             // No component reads managedFields, and they are a good part of every object:
-            // dropped before caching, as kube-scheduler's informers do.
+            // dropped before caching, as kube-scheduler's informers do. Unset, not emptied: an
+            // update that sends `managedFields: []` resets them, one that omits them keeps them.
             let mut events = watcher::watcher(api, config)
                 .default_backoff()
-                .modify(|o| o.managed_fields_mut().clear())
+                .modify(|o| o.meta_mut().managed_fields = None)
                 .boxed();
             let mut applier = Applier {
                 writer,

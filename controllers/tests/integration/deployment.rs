@@ -629,6 +629,20 @@ async fn a_storm_of_deployments_never_overshoots_and_every_status_converges() ->
             (settled && sizes == [0, REPLICAS]).then_some(())
         })
         .await;
+        // Scaled by updates from the controller's cache, which holds no managedFields: the
+        // server kept them (an update sending an empty list would have reset them).
+        for rs in sets_of(&sets, &d).await {
+            let managers: Vec<String> = rs
+                .managed_fields()
+                .iter()
+                .filter_map(|m| m.manager.clone())
+                .collect();
+            assert!(
+                !managers.is_empty(),
+                "{}: no managedFields left",
+                rs.name_any()
+            );
+        }
     }
     let most = most.lock().unwrap().clone();
     assert_eq!(most.len(), DEPLOYMENTS, "{most:?}");
