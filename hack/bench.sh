@@ -10,6 +10,8 @@
 #   hack/bench.sh scale [ARGS...] Control plane with 100 and 1,000 hollow nodes and 30 pods per
 #                                 node in Deployments: pods scheduled per second, time until all
 #                                 are Running, API latency during the storm, server RSS.
+#   hack/bench.sh watchers [ARGS...] 1,000 watches of pods (10 namespaces, 30,000 pods) while
+#                                 pods churn: server memory per watcher, delivery p50/p99.
 #   hack/bench.sh proxy [ARGS...] The proxier (iptables; --mode nftables) with 1k and 10k Services
 #                                 in a network namespace it creates: render and restore time,
 #                                 ruleset size, API write to rule in the kernel for one change.
@@ -18,7 +20,7 @@ source "$(dirname "$0")/lib.sh"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 build_release() {
@@ -47,6 +49,11 @@ case "$cmd" in
     build_release minik8s minik8s-bench
     log "running the scale benchmark (hollow nodes; many minutes for 1,000 nodes)"
     "$TARGET_DIR/release/minik8s-bench" scale --server-bin "$TARGET_DIR/release/minik8s" "$@"
+    ;;
+  watchers)
+    build_release minik8s minik8s-bench
+    log "running the watchers benchmark (a few minutes)"
+    "$TARGET_DIR/release/minik8s-bench" watchers --server-bin "$TARGET_DIR/release/minik8s" "$@"
     ;;
   proxy)
     build_release minik8s-bench

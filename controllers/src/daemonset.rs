@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::util::events::Recorder;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::{
@@ -22,12 +23,12 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use minik8s_api::selector::Selector;
 
-use crate::informers::Informers;
+use crate::informers::{ByController, Informers};
 use crate::util::controller_ref::{claim, controller_of, controller_ref};
 use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
@@ -42,6 +43,7 @@ pub const TEMPLATE_GENERATION: &str = "pod-template-generation";
 struct Ctx {
     client: Client,
     pods: Store<Pod>,
+    pods_by_controller: ByController<Pod>,
     nodes: Store<Node>,
     expectations: Expectations,
     recorder: Recorder,
@@ -62,6 +64,7 @@ pub async fn run(informers: Arc<Informers>) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods: pods.clone(),
+        pods_by_controller: pod_informer.by_controller(),
         nodes,
         expectations: Expectations::new(),
         recorder: Recorder::new(
@@ -109,7 +112,7 @@ fn sets_of_pod(sets: &Store<DaemonSet>, pod: &Pod) -> Vec<ObjectRef<DaemonSet>> 
         None => sets
             .state()
             .iter()
-            .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|d| d.metadata.namespace.as_deref() == Some(ns.as_str()))
             .filter(|d| {
                 let sel = d.spec.as_ref().map(|s| &s.selector);
                 Selector::from_label_selector(sel)
@@ -376,6 +379,7 @@ fn scaled(v: Option<&IntOrString>, total: i32) -> i32 {
 
 async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let _ = ctx.pods.wait_until_ready().await;
+    let _ = ctx.pods_by_controller.wait_until_ready().await;
     let _ = ctx.nodes.wait_until_ready().await;
     if ds.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -393,10 +397,10 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 
     let selector = Selector::from_label_selector(Some(&spec.selector))?;
     let candidates = ctx
-        .pods
-        .state()
+        .pods_by_controller
+        .controlled_by(&ds.uid().unwrap_or_default(), Some(&ns))
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()));
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()));
     let pods = claim(ds.as_ref(), &api, &pods_api, &selector, candidates).await?;
     let mut by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
     for p in &pods {

@@ -43,7 +43,11 @@ impl SqliteOptions {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         SqliteOptions {
             path: path.into(),
-            event_window: 16 * 1024,
+            // The watch cache in front follows the store with one watch per resource and
+            // keeps its own window for clients; this one only has to cover that watch
+            // falling a few commits (of up to `max_batch` writes) behind. Each event holds
+            // the value before and after: 16 k of them held over 100 MiB of old pods.
+            event_window: 4 * 1024,
             max_batch: 1024,
             compaction_batch: 2000,
             progress_interval: DEFAULT_PROGRESS_INTERVAL,

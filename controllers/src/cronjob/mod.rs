@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::util::events::Recorder;
 use futures::{StreamExt, stream};
 use jiff::tz::TimeZone;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -18,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 
@@ -181,7 +182,7 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .state()
         .into_iter()
         .filter(|j| {
-            j.namespace().as_deref() == Some(ns.as_str())
+            j.metadata.namespace.as_deref() == Some(ns.as_str())
                 && is_controlled_by(j.as_ref(), cj.as_ref())
         })
         .collect();

@@ -20,12 +20,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::util::events::Recorder;
 use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
@@ -106,7 +107,7 @@ fn deployments_of_rs(
     deployments
         .state()
         .iter()
-        .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|d| d.metadata.namespace.as_deref() == Some(ns.as_str()))
         .filter(|d| {
             selector(d).is_ok_and(|s| !s.is_empty() && s.matches(rs.metadata.labels.as_ref()))
         })
@@ -173,7 +174,7 @@ async fn sync_deployment(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, Er
         .sets
         .state()
         .into_iter()
-        .filter(|rs| rs.namespace().as_deref() == Some(ns.as_str()));
+        .filter(|rs| rs.metadata.namespace.as_deref() == Some(ns.as_str()));
     let rs_list: Vec<ReplicaSet> = claim(&*d, &s.deployments, &s.sets, &selector, candidates)
         .await?
         .into_iter()
@@ -207,8 +208,12 @@ fn pods_by_rs(pods: &Store<Pod>, sets: &[ReplicaSet]) -> HashMap<String, Vec<Arc
         .filter_map(|rs| rs.uid())
         .map(|u| (u, Vec::new()))
         .collect();
-    let ns = sets.first().and_then(|rs| rs.namespace());
-    for pod in pods.state().into_iter().filter(|p| p.namespace() == ns) {
+    let ns = sets.first().and_then(|rs| rs.metadata.namespace.as_deref());
+    for pod in pods
+        .state()
+        .into_iter()
+        .filter(|p| p.metadata.namespace.as_deref() == ns)
+    {
         if let Some(owner) = controller_of(pod.as_ref())
             && let Some(list) = map.get_mut(&owner.uid)
         {

@@ -18,6 +18,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::util::events::Recorder;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTerminatedPods};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
@@ -25,12 +26,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use minik8s_api::selector::Selector;
 
-use crate::informers::{Change, Informers};
+use crate::informers::{ByController, Change, Informers};
 use crate::util::clock::{Clock, RealClock};
 use crate::util::controller_ref::{claim_with_finalizers, controller_of, controller_ref};
 use crate::util::events::record;
@@ -79,6 +80,7 @@ struct Ctx {
     client: Client,
     jobs: Store<Job>,
     pods: Store<Pod>,
+    pods_by_controller: ByController<Pod>,
     expectations: Expectations,
     /// Per Job key, UIDs of pods whose finalizer was removed but whose cached copy may still
     /// show it (upstream's finalizer expectations).
@@ -100,6 +102,7 @@ pub async fn run_with(informers: Arc<Informers>, options: JobOptions) {
         client: client.clone(),
         jobs: jobs.clone(),
         pods: pods.clone(),
+        pods_by_controller: pod_informer.by_controller(),
         expectations: Expectations::new(),
         removed_finalizers: Mutex::default(),
         backoff: Mutex::default(),
@@ -170,7 +173,7 @@ fn jobs_of_pod(jobs: &Store<Job>, pod: &Pod) -> Vec<ObjectRef<Job>> {
         None => jobs
             .state()
             .iter()
-            .filter(|j| j.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|j| j.metadata.namespace.as_deref() == Some(ns.as_str()))
             .filter(|j| {
                 let selector = j.spec.as_ref().and_then(|s| s.selector.as_ref());
                 Selector::from_label_selector(selector)
@@ -308,6 +311,7 @@ fn duration_until(now: Timestamp, at: Timestamp) -> Option<Duration> {
 
 async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let _ = ctx.pods.wait_until_ready().await;
+    let _ = ctx.pods_by_controller.wait_until_ready().await;
     let ns = job.namespace().unwrap_or_default();
     let name = job.name_any();
     let key = format!("{ns}/{name}");
@@ -336,10 +340,10 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let old = job.status.clone().unwrap_or_default();
     let selector = Selector::from_label_selector(spec.selector.as_ref())?;
     let candidates = ctx
-        .pods
-        .state()
+        .pods_by_controller
+        .controlled_by(&job.uid().unwrap_or_default(), Some(&ns))
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()));
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()));
     let pods = claim_with_finalizers(
         job.as_ref(),
         &jobs_api,
@@ -763,7 +767,7 @@ impl Ctx {
             .pods
             .state()
             .iter()
-            .filter(|p| p.namespace().as_deref() == Some(ns) && has_finalizer(p))
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns) && has_finalizer(p))
             .filter_map(|p| p.uid())
             .collect();
         set.retain(|u| still.contains(u));

@@ -15,6 +15,7 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::util::events::Recorder;
 use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
@@ -22,12 +23,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
 
-use crate::informers::{Change, Informers};
+use crate::informers::{ByController, Change, Informers};
 use crate::util::controller_ref::{claim, controller_of, controller_ref};
 use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
@@ -46,7 +47,7 @@ const KIND: &str = "ReplicaSet";
 struct Ctx {
     client: Client,
     sets: Store<ReplicaSet>,
-    pods: Store<Pod>,
+    pods: ByController<Pod>,
     expectations: Arc<Expectations>,
     recorder: Recorder,
 }
@@ -70,7 +71,7 @@ pub async fn run(informers: Arc<Informers>) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         sets: sets.store(),
-        pods: pods.store(),
+        pods: pods.by_controller(),
         expectations,
         recorder: Recorder::new(
             client,
@@ -109,7 +110,7 @@ fn owners_of_pod(sets: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSe
     }
     sets.state()
         .iter()
-        .filter(|rs| rs.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|rs| rs.metadata.namespace.as_deref() == Some(ns.as_str()))
         .filter(|rs| {
             rs_selector(rs).is_ok_and(|s| !s.is_empty() && s.matches(pod.metadata.labels.as_ref()))
         })
@@ -132,11 +133,12 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let selector = rs_selector(&rs)?;
     let needs_sync = ctx.expectations.satisfied(&key) && rs.metadata.deletion_timestamp.is_none();
 
+    // Its own pods and the orphans it may adopt; pods of other controllers are never claimed.
     let candidates = ctx
         .pods
-        .state()
+        .controlled_by(&rs.uid().unwrap_or_default(), Some(&ns))
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()) && is_active(p));
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()) && is_active(p));
     let sets: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pods = if selector.is_empty() {
@@ -147,11 +149,8 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     };
 
     let mut manage_error = None;
-    if needs_sync {
-        let related = related_pods(&rs, &ctx);
-        if let Err(e) = manage_replicas(&rs, &pods, &related, &ctx).await {
-            manage_error = Some(e);
-        }
+    if needs_sync && let Err(e) = manage_replicas(&rs, &pods, &ctx).await {
+        manage_error = Some(e);
     }
 
     let now = Timestamp::now();
@@ -179,35 +178,26 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 }
 
 /// Pods of every ReplicaSet that shares this one's controller (a Deployment's old and new
-/// ReplicaSets): deleting a pod from a node crowded with its siblings is preferred.
+/// ReplicaSets): deleting a pod from a node crowded with its siblings is preferred. Only a
+/// scale-down needs them (upstream's `getIndirectlyRelatedPods`).
 fn related_pods(rs: &ReplicaSet, ctx: &Ctx) -> Vec<Arc<Pod>> {
     let Some(owner) = controller_of(rs) else {
         return Vec::new();
     };
-    let ns = rs.namespace();
-    let siblings: Vec<String> = ctx
-        .sets
+    let ns = rs.metadata.namespace.as_deref();
+    ctx.sets
         .state()
         .iter()
-        .filter(|s| s.namespace() == ns)
+        .filter(|s| s.metadata.namespace.as_deref() == ns)
         .filter(|s| controller_of(s.as_ref()).is_some_and(|o| o.uid == owner.uid))
         .filter_map(|s| s.uid())
-        .collect();
-    ctx.pods
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace() == ns)
-        .filter(|p| controller_of(p.as_ref()).is_some_and(|r| siblings.contains(&r.uid)))
+        .flat_map(|uid| ctx.pods.controlled_by(&uid, None))
+        .filter(|p| p.metadata.namespace.as_deref() == ns)
         .collect()
 }
 
 /// Upstream's `manageReplicas`.
-async fn manage_replicas(
-    rs: &ReplicaSet,
-    pods: &[Arc<Pod>],
-    related: &[Arc<Pod>],
-    ctx: &Ctx,
-) -> Result<(), Error> {
+async fn manage_replicas(rs: &ReplicaSet, pods: &[Arc<Pod>], ctx: &Ctx) -> Result<(), Error> {
     let key = key(rs);
     let ns = rs.namespace().unwrap_or_default();
     let want = rs
@@ -271,7 +261,8 @@ async fn manage_replicas(
         }
         Ordering::Greater => {
             let diff = (pods.len() - want).min(BURST_REPLICAS);
-            let victims = pods_to_delete(pods, related, diff, Timestamp::now());
+            let related = related_pods(rs, ctx);
+            let victims = pods_to_delete(pods, &related, diff, Timestamp::now());
             ctx.expectations
                 .expect_deletions(&key, victims.iter().map(|p| p.uid().unwrap_or_default()));
             let results = future::join_all(victims.iter().map(|pod| {

@@ -79,22 +79,24 @@ where
     // Whether a fresh read of the owner allows adoption; read at most once per claim.
     let mut can_adopt: Option<bool> = None;
     let mut claimed = Vec::new();
+    // Most candidates belong to other controllers: the selector is matched only against
+    // the owner's own objects and orphans.
+    let matches = |obj: &D| selector.matches(obj.meta().labels.as_ref());
     for obj in candidates {
-        let matches = selector.matches(obj.meta().labels.as_ref());
         match controller_of(obj.as_ref()) {
             Some(r) if r.uid != owner_uid => {}
             Some(_) => {
-                if matches {
+                if matches(&obj) {
                     claimed.push(obj);
                 } else if !owner_deleting && obj.meta().deletion_timestamp.is_none() {
                     release(dependents_api, obj.as_ref(), &owner_uid).await;
                 }
             }
             None => {
-                if owner_deleting || !matches || obj.meta().deletion_timestamp.is_some() {
+                if owner_deleting || obj.meta().deletion_timestamp.is_some() || !matches(&obj) {
                     continue;
                 }
-                if obj.namespace() != owner.namespace() {
+                if obj.meta().namespace != owner.meta().namespace {
                     continue;
                 }
                 let allowed = match can_adopt {

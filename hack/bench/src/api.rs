@@ -84,11 +84,15 @@ fn cm_path(ns: &str) -> String {
     format!("/api/v1/namespaces/{ns}/configmaps")
 }
 
-type Op = Arc<dyn Fn(usize) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
+pub(crate) type Op = Arc<dyn Fn(usize) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
 
 /// Runs `op(0..total)` from `clients` concurrent tasks, each taking the next index when
 /// its previous request is answered. Returns the wall time and every request's latency.
-async fn drive(total: usize, clients: usize, op: Op) -> anyhow::Result<(Duration, Samples)> {
+pub(crate) async fn drive(
+    total: usize,
+    clients: usize,
+    op: Op,
+) -> anyhow::Result<(Duration, Samples)> {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients.max(1))
@@ -190,7 +194,7 @@ fn cores() -> usize {
 
 /// A kube-rs client from the server's admin kubeconfig, retried while the file is still
 /// being written.
-async fn admin_client(server: &Server) -> anyhow::Result<kube::Client> {
+pub(crate) async fn admin_client(server: &Server) -> anyhow::Result<kube::Client> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match testkit::kube_client(&server.kubeconfig).await {
@@ -201,7 +205,7 @@ async fn admin_client(server: &Server) -> anyhow::Result<kube::Client> {
     }
 }
 
-async fn wait_ready(client: &kube::Client, server: &mut Server) -> anyhow::Result<()> {
+pub(crate) async fn wait_ready(client: &kube::Client, server: &mut Server) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         server.check_alive()?;
@@ -218,7 +222,7 @@ async fn wait_ready(client: &kube::Client, server: &mut Server) -> anyhow::Resul
     }
 }
 
-fn resolve_server_bin(arg: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+pub(crate) fn resolve_server_bin(arg: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let bin = match arg {
         Some(p) => p.clone(),
         None => std::env::current_exe()?
@@ -761,16 +765,7 @@ async fn watch_phase(
     // Every watcher is receiving once each has seen this object.
     api.create(&PostParams::default(), &configmap("ready"))
         .await?;
-    let all_ready = tokio::time::timeout(Duration::from_secs(60), async {
-        for _ in 0..args.watchers {
-            if ready_rx.recv().await.is_none() {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    if all_ready != Ok(true) {
+    if !all_signalled(&mut ready_rx, args.watchers, Duration::from_secs(60)).await {
         bail!("not every watcher saw the first event within 60s");
     }
     r.note(format!(
@@ -817,6 +812,23 @@ async fn watch_phase(
         r.note(format!("  {line}"));
     }
     Ok((lat.p50(), lat.p99(), missing))
+}
+
+/// Whether `n` signals arrive on `rx` within `timeout` (every watcher saw its marker).
+pub(crate) async fn all_signalled(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>,
+    n: usize,
+    timeout: Duration,
+) -> bool {
+    let all = async {
+        for _ in 0..n {
+            if rx.recv().await.is_none() {
+                return false;
+            }
+        }
+        true
+    };
+    tokio::time::timeout(timeout, all).await == Ok(true)
 }
 
 fn print_results(args: &ApiArgs, bin: &std::path::Path, disk: &str, reports: &[Report]) {

@@ -14,6 +14,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube::client::ConfigExt;
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 #[derive(Clone)]
 pub struct H2 {
@@ -30,26 +31,39 @@ pub async fn kube_config(kubeconfig: &Path) -> anyhow::Result<kube::Config> {
     )
 }
 
+/// `n` TLS connections negotiating HTTP/2 to the server of `kubeconfig`, authenticated with
+/// its client certificate, and the server's base URL.
+pub async fn tls_connections(
+    kubeconfig: &Path,
+    n: usize,
+) -> anyhow::Result<(Vec<TlsStream<TcpStream>>, String)> {
+    let config = kube_config(kubeconfig).await?;
+    let mut tls = config.rustls_client_config()?;
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    let uri = &config.cluster_url;
+    let host = uri.host().context("server URL without host")?.to_string();
+    let port = uri.port_u16().unwrap_or(443);
+    let mut streams = Vec::new();
+    for _ in 0..n.max(1) {
+        let tcp = TcpStream::connect((host.as_str(), port)).await?;
+        tcp.set_nodelay(true)?;
+        let name = rustls::pki_types::ServerName::try_from(host.clone())?;
+        let stream = connector.connect(name, tcp).await?;
+        if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+            bail!("the server did not negotiate HTTP/2");
+        }
+        streams.push(stream);
+    }
+    Ok((streams, format!("https://{host}:{port}")))
+}
+
 impl H2 {
-    /// Opens `connections` HTTP/2 connections to the server of `kubeconfig`, authenticating
-    /// with its client certificate.
+    /// Opens `connections` HTTP/2 connections to the server of `kubeconfig`.
     pub async fn connect(kubeconfig: &Path, connections: usize) -> anyhow::Result<H2> {
-        let config = kube_config(kubeconfig).await?;
-        let mut tls = config.rustls_client_config()?;
-        tls.alpn_protocols = vec![b"h2".to_vec()];
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
-        let uri = &config.cluster_url;
-        let host = uri.host().context("server URL without host")?.to_string();
-        let port = uri.port_u16().unwrap_or(443);
+        let (streams, base) = tls_connections(kubeconfig, connections).await?;
         let mut conns = Vec::new();
-        for _ in 0..connections.max(1) {
-            let tcp = TcpStream::connect((host.as_str(), port)).await?;
-            tcp.set_nodelay(true)?;
-            let name = rustls::pki_types::ServerName::try_from(host.clone())?;
-            let stream = connector.connect(name, tcp).await?;
-            if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
-                bail!("the server did not negotiate HTTP/2");
-            }
+        for stream in streams {
             let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
                 .initial_stream_window_size(4 << 20)
                 .initial_connection_window_size(16 << 20)
@@ -63,7 +77,7 @@ impl H2 {
         Ok(H2 {
             conns: Arc::new(conns),
             next: Arc::new(AtomicUsize::new(0)),
-            base: format!("https://{host}:{port}"),
+            base,
         })
     }
 
@@ -74,6 +88,18 @@ impl H2 {
         path: &str,
         body: Bytes,
     ) -> anyhow::Result<(StatusCode, Bytes)> {
+        self.request_as(method, path, body, "application/json")
+            .await
+    }
+
+    /// `request` with a body of `content_type` (a patch type, say).
+    pub async fn request_as(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        content_type: &str,
+    ) -> anyhow::Result<(StatusCode, Bytes)> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let mut send = self.conns[i].clone();
         send.ready().await?;
@@ -81,7 +107,7 @@ impl H2 {
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header(http::header::ACCEPT, "application/json")
-            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::CONTENT_TYPE, content_type)
             .body(Full::new(body))?;
         let resp = send.send_request(req).await?;
         let status = resp.status();

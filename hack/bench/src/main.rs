@@ -1,7 +1,8 @@
 //! Benchmarks of minik8s. They print figures; they never pass or fail on them.
 //!
 //! `minik8s-bench api` starts a fresh server process per storage backend and measures idle
-//! memory, durable create throughput, GET and LIST latency and watch delivery latency.
+//! memory, durable create throughput, GET and LIST latency and watch delivery latency;
+//! `watchers` puts many watches of pods on one server while the pods churn.
 
 mod api;
 mod h2;
@@ -10,6 +11,7 @@ mod proc;
 mod proxy;
 mod scale;
 mod stats;
+mod watchers;
 
 use std::path::PathBuf;
 
@@ -36,6 +38,8 @@ enum Command {
     Scale(scale::ScaleArgs),
     /// The iptables proxier at 1k and 10k Services in a network namespace: full sync, one change.
     Proxy(proxy::ProxyArgs),
+    /// Many concurrent pod watches while pods churn: memory per watcher, delivery latency.
+    Watchers(watchers::WatchersArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -94,6 +98,7 @@ fn main() -> anyhow::Result<()> {
             Command::Pods(args) => pods::run(args).await,
             Command::Scale(args) => scale::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,
+            Command::Watchers(args) => watchers::run(args).await,
         }
     })
 }
