@@ -31,7 +31,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
 
-use crate::informers::{Change, Informers};
+use crate::informers::{ByController, Change, Informers};
 use crate::util::controller_ref::{claim, controller_of};
 use crate::util::events::record;
 pub(crate) use crate::util::reconciler::Error;
@@ -42,7 +42,7 @@ const REPORTER: &str = "deployment-controller";
 struct Ctx {
     client: Client,
     sets: Store<ReplicaSet>,
-    pods: Store<Pod>,
+    pods: ByController<Pod>,
     recorder: Recorder,
 }
 
@@ -66,7 +66,7 @@ pub async fn run(informers: Arc<Informers>) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         sets: sets.store(),
-        pods: pods.store(),
+        pods: pods.by_controller(),
         recorder: Recorder::new(
             client,
             Reporter {
@@ -202,25 +202,14 @@ async fn sync_deployment(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, Er
 }
 
 /// The pods of each ReplicaSet, by the ReplicaSet's UID (upstream's `getPodMapForDeployment`).
-fn pods_by_rs(pods: &Store<Pod>, sets: &[ReplicaSet]) -> HashMap<String, Vec<Arc<Pod>>> {
-    let mut map: HashMap<String, Vec<Arc<Pod>>> = sets
-        .iter()
+fn pods_by_rs(pods: &ByController<Pod>, sets: &[ReplicaSet]) -> HashMap<String, Vec<Arc<Pod>>> {
+    sets.iter()
         .filter_map(|rs| rs.uid())
-        .map(|u| (u, Vec::new()))
-        .collect();
-    let ns = sets.first().and_then(|rs| rs.metadata.namespace.as_deref());
-    for pod in pods
-        .state()
-        .into_iter()
-        .filter(|p| p.metadata.namespace.as_deref() == ns)
-    {
-        if let Some(owner) = controller_of(pod.as_ref())
-            && let Some(list) = map.get_mut(&owner.uid)
-        {
-            list.push(pod.clone());
-        }
-    }
-    map
+        .map(|uid| {
+            let owned = pods.controlled_by(&uid, None);
+            (uid, owned)
+        })
+        .collect()
 }
 
 impl Syncer {

@@ -120,11 +120,11 @@ pub async fn run_with(informers: Arc<Informers>, options: JobOptions) {
     // A deleted Job leaves its pods' finalizers to the orphan queue (upstream's
     // cleanupPodFinalizers).
     let job_events = {
-        let (pods, orphans_tx) = (pods.clone(), orphans_tx.clone());
+        let (pods, orphans_tx) = (pod_informer.by_controller(), orphans_tx.clone());
         job_informer.touched_after(move |c| {
             if let Change::Deleted(job) = c {
-                for pod in pods.state() {
-                    if has_finalizer(&pod) && controlled_by_uid(&pod, job.uid().as_deref()) {
+                for pod in pods.controlled_by(&job.uid().unwrap_or_default(), None) {
+                    if has_finalizer(&pod) {
                         let _ = orphans_tx.unbounded_send(ObjectRef::from_obj(pod.as_ref()));
                     }
                 }
@@ -157,10 +157,6 @@ pub async fn run_with(informers: Arc<Informers>, options: JobOptions) {
 
 fn has_finalizer(pod: &Pod) -> bool {
     pod.finalizers().iter().any(|f| f == TRACKING_FINALIZER)
-}
-
-fn controlled_by_uid(pod: &Pod, uid: Option<&str>) -> bool {
-    controller_of(pod).is_some_and(|r| Some(r.uid.as_str()) == uid)
 }
 
 /// The Jobs a pod event concerns: its controller, or for an orphan, every Job of its namespace
@@ -322,11 +318,9 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 
     if job.metadata.deletion_timestamp.is_some() || is_finished(job.status.as_ref()) {
         // Pods that finish after their Job must not keep their finalizer.
-        for pod in ctx.pods.state() {
-            if has_finalizer(&pod)
-                && controlled_by_uid(&pod, job.uid().as_deref())
-                && !removed.contains(&pod.uid().unwrap_or_default())
-            {
+        let uid = job.uid().unwrap_or_default();
+        for pod in ctx.pods_by_controller.controlled_by(&uid, None) {
+            if has_finalizer(&pod) && !removed.contains(&pod.uid().unwrap_or_default()) {
                 remove_finalizer(&pods_api, &pod).await?;
             }
         }
