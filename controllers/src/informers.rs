@@ -24,6 +24,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::{FutureExt, Stream, StreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -83,6 +84,7 @@ pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     changes: broadcast::Sender<Change<K>>,
     by_controller: ByController<K>,
+    by_node: Index<K>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Informer<K> {
@@ -91,6 +93,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Clone for Informer<K> {
             store: self.store.clone(),
             changes: self.changes.clone(),
             by_controller: self.by_controller.clone(),
+            by_node: self.by_node.clone(),
         }
     }
 }
@@ -100,31 +103,36 @@ fn orphans_key(namespace: &str) -> String {
     format!("_ORPHAN/{namespace}")
 }
 
-/// Index key (a controller's UID, or [`orphans_key`]) to the objects under it by
-/// `namespace/name`.
-type Index<K> = HashMap<String, HashMap<String, Arc<K>>>;
+/// Index key to the objects under it by `namespace/name`.
+type Buckets<K> = HashMap<String, HashMap<String, Arc<K>>>;
 
-/// The cached objects by the UID of their controller, and those without one by namespace.
-pub struct ByController<K> {
-    index: Arc<RwLock<Index<K>>>,
+/// The cached objects grouped by a key computed from each (upstream's `Indexers`), kept by
+/// the informer as it applies changes, so a controller reads the few objects under one key
+/// instead of scanning the whole cache.
+pub struct Index<K> {
+    buckets: Arc<RwLock<Buckets<K>>>,
+    key: fn(&K) -> Option<String>,
     /// True once the index holds the first complete list.
     ready: watch::Receiver<bool>,
 }
 
-impl<K> Clone for ByController<K> {
+impl<K> Clone for Index<K> {
     fn clone(&self) -> Self {
-        ByController {
-            index: self.index.clone(),
+        Index {
+            buckets: self.buckets.clone(),
+            key: self.key,
             ready: self.ready.clone(),
         }
     }
 }
 
-impl<K: Resource<DynamicType = ()>> ByController<K> {
-    fn new() -> (Self, watch::Sender<bool>) {
-        let (ready_tx, ready) = watch::channel(false);
-        let index = Arc::default();
-        (ByController { index, ready }, ready_tx)
+impl<K: Resource<DynamicType = ()>> Index<K> {
+    fn new(key: fn(&K) -> Option<String>, ready: watch::Receiver<bool>) -> Self {
+        Index {
+            buckets: Arc::default(),
+            key,
+            ready,
+        }
     }
 
     /// Waits for the first complete list (the cache's own readiness comes a moment sooner).
@@ -132,23 +140,15 @@ impl<K: Resource<DynamicType = ()>> ByController<K> {
         self.ready.clone().wait_for(|r| *r).await.map(|_| ())
     }
 
-    /// The objects `uid` controls, with the objects of `orphans_in` that have no controller
-    /// (those a controller may adopt): upstream's `FilterPodsByOwner`.
-    pub fn controlled_by(&self, uid: &str, orphans_in: Option<&str>) -> Vec<Arc<K>> {
-        let index = self.index.read().expect("controller index");
-        let owned = index.get(uid).into_iter().flat_map(|m| m.values());
-        let orphans = orphans_in
-            .and_then(|ns| index.get(&orphans_key(ns)))
+    /// The objects under `key`.
+    pub fn get(&self, key: &str) -> Vec<Arc<K>> {
+        let buckets = self.buckets.read().expect("index");
+        buckets
+            .get(key)
             .into_iter()
-            .flat_map(|m| m.values());
-        owned.chain(orphans).cloned().collect()
-    }
-
-    fn index_key(obj: &K) -> String {
-        match controller_of(obj) {
-            Some(owner) => owner.uid.clone(),
-            None => orphans_key(obj.meta().namespace.as_deref().unwrap_or_default()),
-        }
+            .flat_map(|m| m.values())
+            .cloned()
+            .collect()
     }
 
     fn object_key(obj: &K) -> String {
@@ -160,33 +160,125 @@ impl<K: Resource<DynamicType = ()>> ByController<K> {
     }
 
     fn remove(&self, obj: &K) {
-        let mut index = self.index.write().expect("controller index");
-        let key = Self::index_key(obj);
-        if let Some(bucket) = index.get_mut(&key) {
+        let Some(key) = (self.key)(obj) else { return };
+        let mut buckets = self.buckets.write().expect("index");
+        if let Some(bucket) = buckets.get_mut(&key) {
             bucket.remove(&Self::object_key(obj));
             if bucket.is_empty() {
-                index.remove(&key);
+                buckets.remove(&key);
             }
         }
     }
 
     fn insert(&self, obj: Arc<K>) {
-        let mut index = self.index.write().expect("controller index");
-        index
-            .entry(Self::index_key(&obj))
+        let Some(key) = (self.key)(&obj) else { return };
+        self.buckets
+            .write()
+            .expect("index")
+            .entry(key)
             .or_default()
             .insert(Self::object_key(&obj), obj);
     }
 
-    fn rebuild(&self, objects: Vec<Arc<K>>) {
-        let mut fresh: Index<K> = HashMap::new();
+    fn rebuild(&self, objects: &[Arc<K>]) {
+        let mut fresh: Buckets<K> = HashMap::new();
         for obj in objects {
-            fresh
-                .entry(Self::index_key(&obj))
-                .or_default()
-                .insert(Self::object_key(&obj), obj);
+            if let Some(key) = (self.key)(obj) {
+                fresh
+                    .entry(key)
+                    .or_default()
+                    .insert(Self::object_key(obj), obj.clone());
+            }
         }
-        *self.index.write().expect("controller index") = fresh;
+        *self.buckets.write().expect("index") = fresh;
+    }
+}
+
+/// The cached objects by the UID of their controller, and those without one by namespace
+/// (upstream's `PodControllerUIDIndex`).
+pub struct ByController<K>(Index<K>);
+
+impl<K> Clone for ByController<K> {
+    fn clone(&self) -> Self {
+        ByController(self.0.clone())
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> ByController<K> {
+    fn key(obj: &K) -> Option<String> {
+        Some(match controller_of(obj) {
+            Some(owner) => owner.uid.clone(),
+            None => orphans_key(obj.meta().namespace.as_deref().unwrap_or_default()),
+        })
+    }
+
+    /// Waits for the first complete list.
+    pub async fn wait_until_ready(&self) -> Result<(), watch::error::RecvError> {
+        self.0.wait_until_ready().await
+    }
+
+    /// The objects `uid` controls, with the objects of `orphans_in` that have no controller
+    /// (those a controller may adopt): upstream's `FilterPodsByOwner`.
+    pub fn controlled_by(&self, uid: &str, orphans_in: Option<&str>) -> Vec<Arc<K>> {
+        let mut objects = self.0.get(uid);
+        if let Some(ns) = orphans_in {
+            objects.extend(self.0.get(&orphans_key(ns)));
+        }
+        objects
+    }
+}
+
+/// The node a pod is bound to (upstream's `NodeNameIndexer`); other kinds have none.
+fn bound_node<K: 'static>(obj: &K) -> Option<String> {
+    let pod = (obj as &dyn Any).downcast_ref::<Pod>()?;
+    pod.spec
+        .as_ref()?
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())
+}
+
+/// The indexes an informer keeps beside its cache.
+struct Indexes<K> {
+    by_controller: ByController<K>,
+    by_node: Index<K>,
+    ready: watch::Sender<bool>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Indexes<K> {
+    fn new() -> Self {
+        let (ready, rx) = watch::channel(false);
+        Indexes {
+            by_controller: ByController(Index::new(ByController::key, rx.clone())),
+            by_node: Index::new(bound_node::<K>, rx),
+            ready,
+        }
+    }
+
+    fn all(&self) -> [&Index<K>; 2] {
+        [&self.by_controller.0, &self.by_node]
+    }
+
+    fn replace(&self, previous: Option<&K>, object: Arc<K>) {
+        for index in self.all() {
+            if let Some(p) = previous {
+                index.remove(p);
+            }
+            index.insert(object.clone());
+        }
+    }
+
+    fn remove(&self, last: &K) {
+        for index in self.all() {
+            index.remove(last);
+        }
+    }
+
+    fn rebuild(&self, objects: &[Arc<K>]) {
+        for index in self.all() {
+            index.rebuild(objects);
+        }
+        self.ready.send_replace(true);
     }
 }
 
@@ -198,11 +290,12 @@ where
     fn start(api: Api<K>, config: watcher::Config) -> Self {
         let (store, writer) = kube::runtime::reflector::store::<K>();
         let (changes, _) = broadcast::channel(BUFFER);
-        let (by_controller, indexed) = ByController::new();
+        let indexes = Indexes::new();
         let informer = Informer {
             store: store.clone(),
             changes: changes.clone(),
-            by_controller: by_controller.clone(),
+            by_controller: indexes.by_controller.clone(),
+            by_node: indexes.by_node.clone(),
         };
         tokio::spawn(async move {
             // No component reads managedFields, and they are a good part of every object:
@@ -216,8 +309,7 @@ where
                 writer,
                 store,
                 changes,
-                by_controller,
-                indexed,
+                indexes,
             };
             while let Some(event) = events.next().await {
                 match event {
@@ -237,6 +329,11 @@ where
     /// The cache by controller.
     pub fn by_controller(&self) -> ByController<K> {
         self.by_controller.clone()
+    }
+
+    /// The cached pods by the node they are bound to (empty for other kinds).
+    pub fn by_node(&self) -> Index<K> {
+        self.by_node.clone()
     }
 
     /// Every change from now on, starting with [`Change::Synced`] when the cache is complete
@@ -285,6 +382,27 @@ where
             }
         })
     }
+
+    /// [`Self::touched`] without the updates that `matters(previous, object)` finds change
+    /// nothing the subscriber reads (upstream's update handlers that return early when the
+    /// fields they look at are equal). New objects, deletions and syncs always go on.
+    pub fn touched_when<F>(&self, matters: F) -> impl Stream<Item = Arc<K>> + Send + use<K, F>
+    where
+        F: Fn(&K, &K) -> bool + Send + 'static,
+    {
+        let store = self.store.clone();
+        self.changes().flat_map(move |change| {
+            let objects = match change {
+                Change::Applied {
+                    object,
+                    previous: Some(previous),
+                } if !matters(&previous, &object) => Vec::new(),
+                Change::Applied { object, .. } | Change::Deleted(object) => vec![object],
+                Change::Synced => store.state(),
+            };
+            stream::iter(objects)
+        })
+    }
 }
 
 /// Applies watch events to the cache and publishes what they changed.
@@ -292,8 +410,7 @@ struct Applier<K: Resource<DynamicType = ()> + Clone + 'static> {
     writer: Writer<K>,
     store: Store<K>,
     changes: broadcast::Sender<Change<K>>,
-    by_controller: ByController<K>,
-    indexed: watch::Sender<bool>,
+    indexes: Indexes<K>,
 }
 
 impl<K> Applier<K>
@@ -312,10 +429,7 @@ where
                 let previous = self.store.get(&key);
                 self.writer.apply_watcher_event(&event);
                 if let Some(object) = self.store.get(&key) {
-                    if let Some(p) = &previous {
-                        self.by_controller.remove(p);
-                    }
-                    self.by_controller.insert(object.clone());
+                    self.indexes.replace(previous.as_deref(), object.clone());
                     self.publish(Change::Applied { object, previous });
                 }
             }
@@ -326,7 +440,7 @@ where
                     .get(&key)
                     .unwrap_or_else(|| Arc::new(obj.clone()));
                 self.writer.apply_watcher_event(&event);
-                self.by_controller.remove(&last);
+                self.indexes.remove(&last);
                 self.publish(Change::Deleted(last));
             }
             watcher::Event::Init | watcher::Event::InitApply(_) => {
@@ -341,8 +455,7 @@ where
                     .map(|o| (ObjectRef::from_obj(o.as_ref()), o))
                     .collect();
                 self.writer.apply_watcher_event(&event);
-                self.by_controller.rebuild(self.store.state());
-                self.indexed.send_replace(true);
+                self.indexes.rebuild(&self.store.state());
                 let mut after_keys = std::collections::HashSet::new();
                 for object in self.store.state() {
                     let key = ObjectRef::from_obj(object.as_ref());
@@ -464,13 +577,13 @@ mod tests {
     async fn changes_carry_what_the_cache_held_and_relists_become_changes() {
         let (store, writer) = kube::runtime::reflector::store::<ConfigMap>();
         let (changes, mut rx) = broadcast::channel(64);
-        let (by_controller, indexed) = ByController::new();
+        let indexes = Indexes::new();
+        let by_controller = indexes.by_controller.clone();
         let mut a = Applier {
             writer,
             store: store.clone(),
             changes,
-            by_controller: by_controller.clone(),
-            indexed,
+            indexes,
         };
         a.apply(watcher::Event::Init);
         a.apply(watcher::Event::InitApply(cm("a", "1")));
@@ -537,13 +650,13 @@ mod tests {
     async fn the_controller_index_follows_adoption_release_and_deletion() {
         let (store, writer) = kube::runtime::reflector::store::<ConfigMap>();
         let (changes, _rx) = broadcast::channel(64);
-        let (by_controller, indexed) = ByController::new();
+        let indexes = Indexes::new();
+        let by_controller = indexes.by_controller.clone();
         let mut a = Applier {
             writer,
             store,
             changes,
-            by_controller: by_controller.clone(),
-            indexed,
+            indexes,
         };
         let names = |uid: &str, orphans: Option<&str>| {
             let mut n: Vec<String> = by_controller
@@ -571,6 +684,62 @@ mod tests {
         assert_eq!(names("rs-2", None), ["a"]);
         a.apply(watcher::Event::Delete(owned("a", Some("rs-2"))));
         assert!(names("rs-2", Some("default")).is_empty());
-        assert!(by_controller.index.read().unwrap().get("rs-2").is_none());
+        assert!(
+            by_controller
+                .0
+                .buckets
+                .read()
+                .unwrap()
+                .get("rs-2")
+                .is_none()
+        );
+    }
+
+    fn pod(name: &str, node: Option<&str>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("default".into());
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name: node.map(String::from),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[tokio::test]
+    async fn the_node_index_follows_binding_and_deletion() {
+        let (store, writer) = kube::runtime::reflector::store::<Pod>();
+        let (changes, _rx) = broadcast::channel(64);
+        let indexes = Indexes::new();
+        let by_node = indexes.by_node.clone();
+        let mut a = Applier {
+            writer,
+            store,
+            changes,
+            indexes,
+        };
+        let on = |node: &str| {
+            let mut n: Vec<String> = by_node.get(node).iter().map(|p| p.name_any()).collect();
+            n.sort();
+            n
+        };
+        a.apply(watcher::Event::Init);
+        a.apply(watcher::Event::InitApply(pod("a", Some("n1"))));
+        a.apply(watcher::Event::InitApply(pod("b", None)));
+        a.apply(watcher::Event::InitDone);
+        assert!(by_node.wait_until_ready().now_or_never().is_some());
+        assert_eq!(on("n1"), ["a"]);
+        // Unbound pods are under no node; binding moves them there.
+        assert!(by_node.buckets.read().unwrap().len() == 1);
+        a.apply(watcher::Event::Apply(pod("b", Some("n1"))));
+        a.apply(watcher::Event::Apply(pod("c", Some("n2"))));
+        assert_eq!(on("n1"), ["a", "b"]);
+        assert_eq!(on("n2"), ["c"]);
+        a.apply(watcher::Event::Delete(pod("a", Some("n1"))));
+        assert_eq!(on("n1"), ["b"]);
+        // Other kinds have no node: their index stays empty.
+        let cms: Indexes<ConfigMap> = Indexes::new();
+        cms.replace(None, Arc::new(cm("x", "1")));
+        assert!(cms.by_node.buckets.read().unwrap().is_empty());
     }
 }

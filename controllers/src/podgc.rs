@@ -71,7 +71,7 @@ pub async fn run(informers: Arc<Informers>, config: PodGcConfig) {
     let nodes = node_informer.store();
     let controller = Controller::for_shared_stream(pod_informer.touched(), pod_informer.store());
     let pods = pod_informer.store();
-    let (mapped, cached_nodes) = (pods.clone(), nodes.clone());
+    let (mapped, cached_nodes) = (pod_informer.by_node(), nodes.clone());
     // A node's deletion, readiness or taints reach the pods bound to it. A node that is
     // still cached, Ready and not out of service changes nothing for its pods: its status
     // updates (thousands a minute at 5,000 nodes) map to nothing instead of a scan of every
@@ -84,12 +84,10 @@ pub async fn run(informers: Arc<Informers>, config: PodGcConfig) {
             if healthy {
                 return Vec::new();
             }
-            let name = node.name_any();
             mapped
-                .state()
-                .into_iter()
-                .filter(|p| node_name(p) == Some(name.as_str()))
-                .map(|p| ObjectRef::from_obj(&*p))
+                .get(&node.name_any())
+                .iter()
+                .map(|p| ObjectRef::from_obj(&**p))
                 .collect::<Vec<_>>()
         });
     let ctx = Arc::new(Ctx {

@@ -56,18 +56,20 @@ pub async fn run(informers: Arc<Informers>) {
         .touched()
         .filter(|p| futures::future::ready(node_name(p).is_some()));
     let controller = Controller::for_shared_stream(bound, pod_informer.store());
-    let pods = pod_informer.store();
-    // Every change of a node reaches the pods bound to it. The informer's cache has the node
-    // before its change goes out, so a reconcile never sees an older node than its trigger.
-    let controller =
-        controller.watches_shared_stream(node_informer.touched(), move |node: Arc<Node>| {
-            let name = node.name_any();
-            pods.state()
-                .into_iter()
-                .filter(|p| node_name(p) == Some(name.as_str()))
-                .map(|p| ObjectRef::from_obj(&*p))
-                .collect::<Vec<_>>()
-        });
+    let pods = pod_informer.by_node();
+    // A change of a node's NoExecute taints reaches the pods bound to it; other node updates
+    // (status every few seconds from each kubelet) change nothing here, as upstream's
+    // taint manager returns early when the old and new taints are equal. The informer's
+    // cache has the node before its change goes out, so a reconcile never sees an older node
+    // than its trigger.
+    let node_changes =
+        node_informer.touched_when(|old, new| no_execute_taints(old) != no_execute_taints(new));
+    let controller = controller.watches_shared_stream(node_changes, move |node: Arc<Node>| {
+        pods.get(&node.name_any())
+            .iter()
+            .map(|p| ObjectRef::from_obj(&**p))
+            .collect::<Vec<_>>()
+    });
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         nodes: nodes.clone(),
