@@ -17,7 +17,6 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use minik8s_api::registry::built_in;
 use minik8s_api::strategy::{BuiltIn, Kind};
 use schemars::JsonSchema;
 
@@ -25,162 +24,109 @@ use crate::admission::serviceaccount::{self, ServiceAccountAdmission};
 use crate::handlers::namespaces::NamespaceExtension;
 use crate::handlers::openapi::KindSchema;
 use crate::handlers::pods::PodExtension;
-use crate::handlers::resource::ResourceEndpoint;
+use crate::handlers::resource::{Extension, ResourceEndpoint};
+use crate::handlers::serviceaccounts::ServiceAccountExtension;
 use crate::registry::generic::GenericRegistry;
+use crate::registry::typed;
 use crate::server::ApiServer;
 
-fn endpoint<K: Kind>(
-    server: &ApiServer,
-    group: &str,
-    plural: &str,
-) -> ResourceEndpoint<BuiltIn<K>> {
-    ResourceEndpoint::new(
-        Arc::new(registry::<K>(server, group, plural)),
-        server.options.clone(),
-    )
-}
-
-/// Services allocate cluster IPs and node ports as they are written.
-fn services(server: &ApiServer) -> ResourceEndpoint<BuiltIn<Service>> {
-    let registry = registry::<Service>(server, "", "services").with_hooks(server.services.clone());
-    ResourceEndpoint::new(Arc::new(registry), server.options.clone())
-}
-
-fn registry<K: Kind>(server: &ApiServer, group: &str, plural: &str) -> GenericRegistry<BuiltIn<K>> {
-    let info = built_in()
-        .into_iter()
-        .find(|r| r.group == group && r.plural == plural)
-        .unwrap_or_else(|| panic!("{plural}.{group} is missing from the resource table"));
+/// Builds `K`'s registry over the server's store, with namespace admission.
+fn registry<K: Kind>(server: &ApiServer) -> GenericRegistry<BuiltIn<K>> {
     crate::admission::namespaced(
-        GenericRegistry::new(BuiltIn::<K>::new(info), server.store.clone()),
+        GenericRegistry::new(BuiltIn::<K>::new(typed::info::<K>()), server.store.clone()),
         &server.options.admission,
         server.options.namespaces.as_ref(),
     )
 }
 
-/// The namespaces registry keeps the namespace cache up to date with its own writes.
-fn namespaces(server: &ApiServer) -> ResourceEndpoint<BuiltIn<Namespace>> {
-    let mut registry = registry::<Namespace>(server, "", "namespaces");
-    if let Some(cache) = &server.options.namespaces {
-        registry = registry.with_hooks(cache.clone());
-    }
-    ResourceEndpoint::new(Arc::new(registry), server.options.clone())
+/// Services allocate cluster IPs and node ports as they are written.
+fn services(server: &ApiServer) -> GenericRegistry<BuiltIn<Service>> {
+    registry::<Service>(server).with_hooks(server.services.clone())
 }
 
-/// Pods pass the admission plugins that read other objects.
-fn pods(server: &ApiServer) -> ResourceEndpoint<BuiltIn<Pod>> {
-    let mut pods = registry::<Pod>(server, "", "pods");
-    if server
+/// The namespaces registry keeps the namespace cache up to date with its own writes.
+fn namespaces(server: &ApiServer) -> GenericRegistry<BuiltIn<Namespace>> {
+    let registry = registry::<Namespace>(server);
+    match &server.options.namespaces {
+        Some(cache) => registry.with_hooks(cache.clone()),
+        None => registry,
+    }
+}
+
+/// Pods pass the admission plugins that read other objects; ServiceAccounts must be
+/// registered first.
+fn pods(server: &ApiServer) -> GenericRegistry<BuiltIn<Pod>> {
+    let pods = registry::<Pod>(server);
+    if !server
         .options
         .admission
         .enabled(serviceaccount::PLUGIN_NAME)
     {
-        let accounts = Arc::new(registry::<ServiceAccount>(server, "", "serviceaccounts"));
-        pods = pods.with_admission(Arc::new(ServiceAccountAdmission::new(accounts)));
+        return pods;
     }
-    ResourceEndpoint::new(Arc::new(pods), server.options.clone())
+    let accounts = server.registry::<ServiceAccount>();
+    pods.with_admission(Arc::new(ServiceAccountAdmission::new(accounts)))
+}
+
+/// Records `registry` as the one `server.registry::<K>()` hands out and serves it, its kind
+/// described in OpenAPI by the type's schemars schema.
+fn serve<K: Kind + JsonSchema>(
+    server: &ApiServer,
+    registry: GenericRegistry<BuiltIn<K>>,
+    extension: Option<Arc<dyn Extension<BuiltIn<K>>>>,
+) {
+    let registry = Arc::new(registry);
+    server.registries.insert(registry.clone());
+    let mut endpoint = ResourceEndpoint::new(registry, server.options.clone());
+    if let Some(extension) = extension {
+        endpoint = endpoint.with_extension(extension);
+    }
+    server.openapi.register_type::<K>();
+    server.register(Arc::new(endpoint.with_schema(KindSchema::of::<K>())));
+}
+
+/// Serves `K` with the generic verbs only.
+fn plain<K: Kind + JsonSchema>(server: &ApiServer) {
+    serve(server, registry::<K>(server), None);
 }
 
 pub fn register(server: &ApiServer) {
-    /// Serves `e` and describes its kind in OpenAPI by the type's schemars schema.
-    fn add<K: Kind + JsonSchema>(server: &ApiServer, e: ResourceEndpoint<BuiltIn<K>>) {
-        server.openapi.register_type::<K>();
-        server.register(Arc::new(e.with_schema(KindSchema::of::<K>())));
-    }
-    add(
+    let accounts = Arc::new(ServiceAccountExtension {
+        auth: server.auth.clone(),
+    });
+    serve(server, registry::<ServiceAccount>(server), Some(accounts));
+    serve(
         server,
-        namespaces(server).with_extension(Arc::new(NamespaceExtension)),
+        namespaces(server),
+        Some(Arc::new(NamespaceExtension)),
     );
-    add(server, pods(server).with_extension(Arc::new(PodExtension)));
-    add(server, services(server));
-    add(server, endpoint::<Endpoints>(server, "", "endpoints"));
-    add(server, endpoint::<ConfigMap>(server, "", "configmaps"));
-    add(server, endpoint::<Secret>(server, "", "secrets"));
-    add(server, endpoint::<Node>(server, "", "nodes"));
-    add(server, endpoint::<Event>(server, "", "events"));
-    add(
-        server,
-        endpoint::<ServiceAccount>(server, "", "serviceaccounts").with_extension(Arc::new(
-            crate::handlers::serviceaccounts::ServiceAccountExtension {
-                auth: server.auth.clone(),
-            },
-        )),
-    );
-    add(
-        server,
-        endpoint::<PersistentVolume>(server, "", "persistentvolumes"),
-    );
-    add(
-        server,
-        endpoint::<PersistentVolumeClaim>(server, "", "persistentvolumeclaims"),
-    );
-    add(
-        server,
-        endpoint::<Deployment>(server, "apps", "deployments"),
-    );
-    add(
-        server,
-        endpoint::<ReplicaSet>(server, "apps", "replicasets"),
-    );
-    add(
-        server,
-        endpoint::<StatefulSet>(server, "apps", "statefulsets"),
-    );
-    add(server, endpoint::<DaemonSet>(server, "apps", "daemonsets"));
-    add(server, endpoint::<Job>(server, "batch", "jobs"));
-    add(server, endpoint::<CronJob>(server, "batch", "cronjobs"));
-    add(
-        server,
-        endpoint::<HorizontalPodAutoscaler>(server, "autoscaling", "horizontalpodautoscalers"),
-    );
-    add(
-        server,
-        endpoint::<Ingress>(server, "networking.k8s.io", "ingresses"),
-    );
-    add(
-        server,
-        endpoint::<IngressClass>(server, "networking.k8s.io", "ingressclasses"),
-    );
-    add(
-        server,
-        endpoint::<EndpointSlice>(server, "discovery.k8s.io", "endpointslices"),
-    );
-    add(
-        server,
-        endpoint::<Lease>(server, "coordination.k8s.io", "leases"),
-    );
-    add(
-        server,
-        endpoint::<StorageClass>(server, "storage.k8s.io", "storageclasses"),
-    );
-    add(
-        server,
-        endpoint::<Role>(server, "rbac.authorization.k8s.io", "roles"),
-    );
-    add(
-        server,
-        endpoint::<RoleBinding>(server, "rbac.authorization.k8s.io", "rolebindings"),
-    );
-    add(
-        server,
-        endpoint::<ClusterRole>(server, "rbac.authorization.k8s.io", "clusterroles"),
-    );
-    add(
-        server,
-        endpoint::<ClusterRoleBinding>(server, "rbac.authorization.k8s.io", "clusterrolebindings"),
-    );
-    add(
-        server,
-        endpoint::<EventV1>(server, "events.k8s.io", "events"),
-    );
-    add(
-        server,
-        endpoint::<CustomResourceDefinition>(
-            server,
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-        ),
-    );
+    serve(server, pods(server), Some(Arc::new(PodExtension)));
+    serve(server, services(server), None);
+    plain::<Endpoints>(server);
+    plain::<ConfigMap>(server);
+    plain::<Secret>(server);
+    plain::<Node>(server);
+    plain::<Event>(server);
+    plain::<PersistentVolume>(server);
+    plain::<PersistentVolumeClaim>(server);
+    plain::<Deployment>(server);
+    plain::<ReplicaSet>(server);
+    plain::<StatefulSet>(server);
+    plain::<DaemonSet>(server);
+    plain::<Job>(server);
+    plain::<CronJob>(server);
+    plain::<HorizontalPodAutoscaler>(server);
+    plain::<Ingress>(server);
+    plain::<IngressClass>(server);
+    plain::<EndpointSlice>(server);
+    plain::<Lease>(server);
+    plain::<StorageClass>(server);
+    plain::<Role>(server);
+    plain::<RoleBinding>(server);
+    plain::<ClusterRole>(server);
+    plain::<ClusterRoleBinding>(server);
+    plain::<EventV1>(server);
+    plain::<CustomResourceDefinition>(server);
     crate::handlers::authorization::register(server);
     crate::handlers::authentication::register(server);
 }

@@ -66,14 +66,7 @@ struct Controller {
 /// Serves the custom resources of the CRDs stored now, then follows every change in the
 /// background for as long as the server lives.
 pub async fn start(server: &Arc<ApiServer>) -> Result<(), StoreError> {
-    let info = minik8s_api::registry::built_in()
-        .into_iter()
-        .find(|r| r.plural == "customresourcedefinitions")
-        .expect("CRDs are in the resource table");
-    let crds = Arc::new(GenericRegistry::new(
-        BuiltIn::<Crd>::new(info),
-        server.store.clone(),
-    ));
+    let crds = server.registry::<Crd>();
     let prefix = crds.strategy.key_root();
     let mut c = Controller {
         server: Arc::downgrade(server),

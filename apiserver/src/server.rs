@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use minik8s_api::ResourceInfo;
-use minik8s_api::strategy::BuiltIn;
+use minik8s_api::strategy::{BuiltIn, Kind};
 
 use crate::auth::Authenticator;
 use crate::builtin;
@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::pki::{Pki, PkiError, ServingNames};
 use crate::registry::generic::{GenericRegistry, ListQuery};
 use crate::registry::services::{ServiceAllocator, ServiceRanges};
+use crate::registry::typed::Registries;
 use crate::storage::{DynStore, EtcdStore, SqliteOptions, SqliteStore, StoreError};
 
 /// What `/version` reports: Kubernetes 1.32, so the kubectl dispatcher picks kubectl 1.32.
@@ -65,6 +66,8 @@ pub struct ApiServer {
     /// Services' cluster IPs and node ports.
     pub services: Arc<ServiceAllocator>,
     endpoints: RwLock<Endpoints>,
+    /// The registries of built-in kinds, as served; see [`ApiServer::registry`].
+    pub(crate) registries: Registries,
     /// Set when the process starts shutting down: readyz fails from then on, so load
     /// balancers stop sending new work while requests in flight finish.
     shutting_down: std::sync::atomic::AtomicBool,
@@ -93,6 +96,7 @@ impl ApiServer {
             openapi: OpenApi::new(),
             kubelet: std::sync::OnceLock::new(),
             endpoints: RwLock::new(BTreeMap::new()),
+            registries: Registries::default(),
             shutting_down: Default::default(),
         });
         builtin::register(&server);
@@ -109,6 +113,14 @@ impl ApiServer {
     pub fn shutting_down(&self) -> bool {
         self.shutting_down
             .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The served registry of the built-in kind `K`, with its hooks and admission, so writes
+    /// made by the server itself allocate, admit and cache as a client's would.
+    ///
+    /// Panics when `K` is not a served built-in kind (a programming error).
+    pub fn registry<K: Kind>(&self) -> Arc<GenericRegistry<BuiltIn<K>>> {
+        self.registries.get::<K>()
     }
 
     pub fn register(&self, endpoint: Arc<dyn Endpoint>) {
@@ -160,18 +172,12 @@ impl ApiServer {
     /// with its endpoints. Marks the cluster IPs and node ports stored Services hold first, so
     /// it must run before the server serves.
     pub async fn bootstrap(&self) -> Result<(), minik8s_api::ApiError> {
-        let info = minik8s_api::registry::built_in()
-            .into_iter()
-            .find(|r| r.plural == "services")
-            .expect("services");
-        let services = GenericRegistry::new(BuiltIn::<Service>::new(info), self.store.clone());
-        let stored = services.list(None, &ListQuery::default()).await?;
+        let stored = self
+            .registry::<Service>()
+            .list(None, &ListQuery::default())
+            .await?;
         self.services.restore(&stored.items);
-        let info = minik8s_api::registry::built_in()
-            .into_iter()
-            .find(|r| r.plural == "namespaces")
-            .expect("namespaces");
-        let reg = GenericRegistry::new(BuiltIn::<Namespace>::new(info), self.store.clone());
+        let namespaces = self.registry::<Namespace>();
         for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let ns = Namespace {
                 metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
@@ -180,7 +186,7 @@ impl ApiServer {
                 },
                 ..Default::default()
             };
-            match reg.create(None, ns, false).await {
+            match namespaces.create(None, ns, false).await {
                 Ok(_) => tracing::info!(namespace = name, "created namespace"),
                 Err(e) if e.code == 409 => {}
                 Err(e) => return Err(e),
@@ -189,7 +195,7 @@ impl ApiServer {
         match self.address.parse::<SocketAddr>() {
             Ok(addr) => {
                 crate::registry::services::controlplane::reconcile(
-                    &self.store,
+                    &self.registries,
                     &self.services,
                     addr,
                 )
@@ -398,7 +404,7 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
     serve.service_ranges = ranges;
     let server = ApiServer::new(store, metrics, auth, serve, address);
     let signer = crate::serviceaccount::TokenSigner::load_or_create(&pki.dir.join("sa.key"))?;
-    let mut tokens = crate::serviceaccount::ServiceAccountTokens::new(signer, &server.store);
+    let mut tokens = crate::serviceaccount::ServiceAccountTokens::new(signer, &server.registries);
     tokens.extend_expiration = config.service_account_extend_token_expiration;
     server.auth.set_service_accounts(Arc::new(tokens));
     // The identity the API server presents to kubelets.

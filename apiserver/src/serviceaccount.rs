@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::{Extra, UserInfo};
 use crate::registry::generic::GenericRegistry;
-use crate::storage::DynStore;
+use crate::registry::typed::Registries;
 
 /// The issuer (and default audience) kubeadm clusters use.
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
@@ -323,23 +324,12 @@ pub fn claims(
 /// Issues tokens and authenticates them against the objects they name.
 pub struct ServiceAccountTokens {
     pub signer: TokenSigner,
-    pub service_accounts: GenericRegistry<BuiltIn<ServiceAccount>>,
-    pub pods: GenericRegistry<BuiltIn<Pod>>,
-    pub secrets: GenericRegistry<BuiltIn<Secret>>,
-    pub nodes: GenericRegistry<BuiltIn<Node>>,
+    pub service_accounts: Arc<GenericRegistry<BuiltIn<ServiceAccount>>>,
+    pub pods: Arc<GenericRegistry<BuiltIn<Pod>>>,
+    pub secrets: Arc<GenericRegistry<BuiltIn<Secret>>>,
+    pub nodes: Arc<GenericRegistry<BuiltIn<Node>>>,
     /// `--service-account-extend-token-expiration`.
     pub extend_expiration: bool,
-}
-
-fn registry<K: minik8s_api::strategy::Kind>(
-    store: &DynStore,
-    plural: &str,
-) -> GenericRegistry<BuiltIn<K>> {
-    let info = minik8s_api::registry::built_in()
-        .into_iter()
-        .find(|r| r.plural == plural && r.group.is_empty())
-        .expect("a built-in core resource");
-    GenericRegistry::new(BuiltIn::<K>::new(info), store.clone())
 }
 
 /// Why a bound object no longer vouches for a token.
@@ -358,13 +348,14 @@ fn still_bound(
 }
 
 impl ServiceAccountTokens {
-    pub fn new(signer: TokenSigner, store: &DynStore) -> Self {
+    /// Reads the objects tokens name through the server's registries.
+    pub fn new(signer: TokenSigner, registries: &Registries) -> Self {
         ServiceAccountTokens {
             signer,
-            service_accounts: registry(store, "serviceaccounts"),
-            pods: registry(store, "pods"),
-            secrets: registry(store, "secrets"),
-            nodes: registry(store, "nodes"),
+            service_accounts: registries.get(),
+            pods: registries.get(),
+            secrets: registries.get(),
+            nodes: registries.get(),
             extend_expiration: true,
         }
     }

@@ -11,15 +11,12 @@ use axum::response::Response;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use minik8s_api::registry::built_in;
-use minik8s_api::strategy::BuiltIn;
 use minik8s_api::validation::{FieldError, Path};
 use minik8s_api::{ApiError, Target};
 
 use super::codec::status_response;
 use super::request::ResourceRequest;
 use crate::kubelet::{KubeletAddress, KubeletClient, is_upgrade, kubelet_address};
-use crate::registry::generic::GenericRegistry;
 use crate::server::ApiServer;
 
 /// Whether the request is for a subresource the kubelet serves.
@@ -46,17 +43,6 @@ pub async fn serve(server: &Arc<ApiServer>, r: ResourceRequest, req: Request) ->
     result.unwrap_or_else(|e| status_response(&e))
 }
 
-pub(crate) fn registry<K: minik8s_api::strategy::Kind>(
-    server: &ApiServer,
-    plural: &str,
-) -> GenericRegistry<BuiltIn<K>> {
-    let info = built_in()
-        .into_iter()
-        .find(|i| i.group.is_empty() && i.plural == plural)
-        .expect("core resource in the table");
-    GenericRegistry::new(BuiltIn::<K>::new(info), server.store.clone())
-}
-
 pub(crate) fn client(server: &ApiServer) -> Result<&KubeletClient, ApiError> {
     server
         .kubelet
@@ -75,7 +61,7 @@ async fn node_address(
     node: &str,
     port: Option<u16>,
 ) -> Result<KubeletAddress, ApiError> {
-    let node: Node = registry::<Node>(server, "nodes").get(None, node).await?;
+    let node: Node = server.registry::<Node>().get(None, node).await?;
     kubelet_address(&node, port)
 }
 
@@ -337,7 +323,7 @@ async fn log(server: &ApiServer, r: &ResourceRequest, req: Request) -> Result<Re
         .ok_or_else(ApiError::path_not_found)?;
     let q = query(&req);
     let opts = log_options(name, &q)?;
-    let pod: Pod = registry::<Pod>(server, "pods").get(Some(ns), name).await?;
+    let pod: Pod = server.registry::<Pod>().get(Some(ns), name).await?;
     let container = container_of(&pod, param(&q, "container"), true)?;
     let Some(node) = pod
         .spec
@@ -396,7 +382,7 @@ async fn stream(
         .namespace
         .as_deref()
         .ok_or_else(ApiError::path_not_found)?;
-    let pod: Pod = registry::<Pod>(server, "pods").get(Some(ns), name).await?;
+    let pod: Pod = server.registry::<Pod>().get(Some(ns), name).await?;
     let q = query(&req);
     let container = if sub == "portforward" {
         None

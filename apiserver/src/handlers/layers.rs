@@ -1,15 +1,28 @@
-//! What every request goes through before its handler, as tower layers of the router:
-//! authentication (and impersonation).
+//! What requests go through before their handler, as tower layers of the router, so each
+//! cross-cutting concern is written once and the handlers only serve: authentication (and
+//! impersonation) for every path; for `/api` and `/apis`, the parsed request target
+//! (upstream's WithRequestInfo), a tracing span with the request metrics, and the body limit.
 
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use futures::StreamExt;
+use http::StatusCode;
 use minik8s_api::ApiError;
+use tracing::Instrument;
 
-use super::codec::status_response;
+use super::codec::{MAX_BODY_BYTES, status_response};
+use super::connect;
+use super::request::{self, ResourceRequest, Target, Verb};
+use super::resource::Endpoint;
 use crate::auth::{
     Authenticator, ClientCertIdentity, Extra, UserExtra, UserInfo, impersonate, public,
 };
+use crate::server::ApiServer;
 
 /// Middleware: attaches a `UserInfo` (and its `UserExtra`) to the request or answers 401;
 /// then applies impersonation headers.
@@ -65,4 +78,136 @@ pub async fn authenticate(
     req.extensions_mut().insert(user);
     req.extensions_mut().insert(UserExtra(extra));
     next.run(req).await
+}
+
+/// What a request under `/api` or `/apis` names, parsed once by [`request_info`] for the layers
+/// after it and the dispatcher.
+#[derive(Clone)]
+pub struct RequestInfo {
+    pub target: Target,
+    /// The endpoint serving the named resource; `None` for discovery paths and for resources
+    /// not served.
+    pub endpoint: Option<Arc<dyn Endpoint>>,
+}
+
+impl RequestInfo {
+    /// The resource request and its endpoint, when the request names a served resource.
+    pub fn served(&self) -> Option<(&ResourceRequest, &Arc<dyn Endpoint>)> {
+        match (&self.target, &self.endpoint) {
+            (Target::Resource(r), Some(endpoint)) => Some((r, endpoint)),
+            _ => None,
+        }
+    }
+}
+
+/// The served resource a request names, if any, as [`request_info`] attached it.
+fn served(req: &Request) -> Option<&ResourceRequest> {
+    let info = req.extensions().get::<RequestInfo>()?;
+    info.served().map(|(r, _)| r)
+}
+
+/// Middleware: attaches the [`RequestInfo`] of the path; a path that names nothing gets none.
+pub async fn request_info(
+    State(server): State<Arc<ApiServer>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let uri = req.uri();
+    if let Some(target) = request::parse(req.method(), uri.path(), uri.query()) {
+        let endpoint = match &target {
+            Target::Resource(r) => server.endpoint(&r.group, &r.version, &r.resource),
+            Target::Group { .. } | Target::GroupVersion { .. } => None,
+        };
+        req.extensions_mut()
+            .insert(RequestInfo { target, endpoint });
+    }
+    next.run(req).await
+}
+
+/// Middleware: a tracing span around each request to a served resource, which is counted in
+/// `apiserver_request_total` and timed in `apiserver_request_duration_seconds` (connect
+/// requests, which last as long as their streams, are counted only). A watch that starts is
+/// counted in `apiserver_registered_watchers` for as long as its stream lives.
+pub async fn observe(State(server): State<Arc<ApiServer>>, req: Request, next: Next) -> Response {
+    let Some(r) = served(&req) else {
+        return next.run(req).await;
+    };
+    let started = Instant::now();
+    let verb = r.verb.clone();
+    let resource = r.resource.clone();
+    let subresource = r.subresource.clone().unwrap_or_default();
+    let timed = !connect::is_connect(r);
+    let span = tracing::info_span!(
+        "request",
+        verb = verb.as_str(),
+        resource = %resource,
+        subresource = %subresource,
+        namespace = r.namespace.as_deref().unwrap_or(""),
+        name = r.name.as_deref().unwrap_or(""),
+    );
+    let resp = next.run(req).instrument(span.clone()).await;
+    let code = resp.status().as_u16().to_string();
+    server
+        .metrics
+        .requests
+        .with_label_values(&[verb.as_str(), &resource, &subresource, &code])
+        .inc();
+    if timed {
+        server
+            .metrics
+            .request_duration
+            .with_label_values(&[verb.as_str(), &resource, &subresource])
+            .observe(started.elapsed().as_secs_f64());
+    }
+    span.in_scope(|| tracing::debug!(code = %code, elapsed_ms = started.elapsed().as_millis() as u64, "served"));
+    if verb == Verb::Watch && resp.status() == StatusCode::OK {
+        return count_watch(&server, &resource, resp);
+    }
+    resp
+}
+
+/// Keeps the open-watch gauge true for as long as the stream body lives.
+fn count_watch(server: &ApiServer, resource: &str, resp: Response) -> Response {
+    struct Open(prometheus::IntGauge);
+    impl Drop for Open {
+        fn drop(&mut self) {
+            self.0.dec();
+        }
+    }
+    let gauge = server.metrics.watches.with_label_values(&[resource]);
+    gauge.inc();
+    let open = Open(gauge);
+    let (parts, body) = resp.into_parts();
+    let stream = body.into_data_stream().map(move |chunk| {
+        let _keep = &open;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// Middleware: reads the whole body of a request to a served resource, answering 413 past
+/// [`MAX_BODY_BYTES`], so a client cannot make the server buffer without bound. Connect
+/// requests (logs, exec, attach, port-forward, proxy) pass unread: their bodies stream to a
+/// kubelet.
+pub async fn limit_body(req: Request, next: Next) -> Response {
+    if served(&req).is_none_or(connect::is_connect) {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    match read_body(body).await {
+        Ok(body) => next.run(Request::from_parts(parts, Body::from(body))).await,
+        Err(resp) => resp,
+    }
+}
+
+/// The whole of `body`, or the 413 Status for a body over [`MAX_BODY_BYTES`] (or one that
+/// could not be read).
+pub async fn read_body(body: Body) -> Result<Bytes, Response> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| {
+            status_response(&ApiError::request_entity_too_large(format!(
+                "limit is {MAX_BODY_BYTES}"
+            )))
+        })
 }

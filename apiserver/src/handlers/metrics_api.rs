@@ -550,7 +550,7 @@ impl MetricsEndpoint {
             .filter_map(|p| p.spec.as_ref()?.node_name.clone())
             .filter(|n| !n.is_empty())
             .collect();
-        let nodes = connect::registry::<Node>(server, "nodes");
+        let nodes = server.registry::<Node>();
         let histories = futures::future::join_all(node_names.iter().map(|name| {
             let nodes = &nodes;
             async move {
@@ -597,9 +597,7 @@ impl MetricsEndpoint {
         }
         match (&t.verb, self.kind) {
             (Verb::Get, Kind::Nodes) => {
-                let node: Node = connect::registry::<Node>(&server, "nodes")
-                    .get(None, req.name())
-                    .await?;
+                let node: Node = server.registry::<Node>().get(None, req.name()).await?;
                 let m = self
                     .node_metrics(&server, std::slice::from_ref(&node))
                     .await;
@@ -610,7 +608,8 @@ impl MetricsEndpoint {
                 Ok(render::write_response(&req.headers, StatusCode::OK, &m))
             }
             (Verb::List, Kind::Nodes) => {
-                let nodes = connect::registry::<Node>(&server, "nodes")
+                let nodes = server
+                    .registry::<Node>()
                     .list(None, &list_query(req)?)
                     .await?;
                 let mut items = self.node_metrics(&server, &nodes.items).await;
@@ -619,9 +618,7 @@ impl MetricsEndpoint {
             }
             (Verb::Get, Kind::Pods) => {
                 let ns = req.namespace().unwrap_or_default();
-                let pod: Pod = connect::registry::<Pod>(&server, "pods")
-                    .get(Some(ns), req.name())
-                    .await?;
+                let pod: Pod = server.registry::<Pod>().get(Some(ns), req.name()).await?;
                 let m = self
                     .pod_metrics(&server, std::slice::from_ref(&pod))
                     .await?;
@@ -635,7 +632,8 @@ impl MetricsEndpoint {
                 Ok(render::write_response(&req.headers, StatusCode::OK, &m))
             }
             (Verb::List, Kind::Pods) => {
-                let pods = connect::registry::<Pod>(&server, "pods")
+                let pods = server
+                    .registry::<Pod>()
                     .list(req.namespace(), &list_query(req)?)
                     .await?;
                 let items = self.pod_metrics(&server, &pods.items).await?;

@@ -4,4 +4,5 @@ pub mod apply;
 pub mod generic;
 pub mod namespaces;
 pub mod services;
+pub mod typed;
 pub mod watch_cache;

@@ -613,11 +613,7 @@ mod tests {
     }
 
     fn strategy() -> BuiltIn<ConfigMap> {
-        let info = minik8s_api::registry::built_in()
-            .into_iter()
-            .find(|r| r.plural == "configmaps")
-            .unwrap();
-        BuiltIn::new(info)
+        BuiltIn::new(crate::registry::typed::info::<ConfigMap>())
     }
 
     fn env() -> Env {

@@ -6,6 +6,7 @@ mod admission;
 mod compat;
 mod crd;
 mod kube_client;
+mod layers;
 mod metrics_api;
 mod nonresource;
 mod openapi;

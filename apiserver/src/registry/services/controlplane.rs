@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, Service, ServicePort, ServiceSpec,
@@ -20,15 +19,7 @@ use minik8s_api::strategy::{BuiltIn, Kind};
 
 use super::ServiceAllocator;
 use crate::registry::generic::{GenericRegistry, Part};
-use crate::storage::DynStore;
-
-fn registry<K: Kind>(store: &DynStore, group: &str, plural: &str) -> GenericRegistry<BuiltIn<K>> {
-    let info = minik8s_api::registry::built_in()
-        .into_iter()
-        .find(|r| r.group == group && r.plural == plural)
-        .expect("built-in resource");
-    GenericRegistry::new(BuiltIn::<K>::new(info), store.clone())
-}
+use crate::registry::typed::Registries;
 
 fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
     ObjectMeta {
@@ -71,10 +62,12 @@ async fn ensure<K: Kind>(
     Ok(())
 }
 
-/// Ensures the `kubernetes` Service and its endpoints for an API server at `advertised`.
+/// Ensures the `kubernetes` Service and its endpoints for an API server at `advertised`,
+/// written through the served registries so the Service's cluster IP is allocated by
+/// `services` as any other Service's is.
 pub async fn reconcile(
-    store: &DynStore,
-    services: &Arc<ServiceAllocator>,
+    registries: &Registries,
+    services: &ServiceAllocator,
     advertised: SocketAddr,
 ) -> Result<(), ApiError> {
     let ip = advertised.ip();
@@ -97,9 +90,8 @@ pub async fn reconcile(
         }),
         ..Default::default()
     };
-    let reg = registry::<Service>(store, "", "services").with_hooks(services.clone());
     ensure(
-        &reg,
+        &registries.get::<Service>(),
         svc,
         |cur, want| {
             let ports = |s: &Service| s.spec.as_ref().and_then(|s| s.ports.clone());
@@ -133,7 +125,7 @@ pub async fn reconcile(
         }]),
     };
     ensure(
-        &registry::<Endpoints>(store, "", "endpoints"),
+        &registries.get::<Endpoints>(),
         ep,
         |cur, want| cur.subsets != want.subsets || cur.metadata.labels != want.metadata.labels,
         |cur, want| Endpoints {
@@ -165,7 +157,7 @@ pub async fn reconcile(
         }]),
     };
     ensure(
-        &registry::<EndpointSlice>(store, "discovery.k8s.io", "endpointslices"),
+        &registries.get::<EndpointSlice>(),
         slice,
         |cur, want| {
             cur.endpoints != want.endpoints
