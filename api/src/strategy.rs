@@ -1,17 +1,20 @@
 //! Per-kind behaviour the generic REST machinery asks for, as upstream's registry strategies:
-//! defaulting, validation, what an update may change, which fields selectors can use.
+//! defaulting, validation, what an update may change, which fields selectors can use, and how
+//! the kind prints as a Table.
 //!
 //! Built-in kinds implement [`Kind`] on their k8s-openapi type; [`BuiltIn`] turns that into a
 //! [`Strategy`]. Custom resources bring their own (`crd::CustomStrategy` over `CustomObject`).
 
 use std::marker::PhantomData;
-use std::sync::Arc;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::registry::ResourceInfo;
+use crate::table::{self, Column, ColumnDefinition, Row};
 use crate::validation::Errors;
 
 /// What the scale subresource reads from an object.
@@ -58,6 +61,15 @@ pub trait Kind:
     /// Whether a status update may change annotations (Deployments: the controller records
     /// the revision annotation through status, as upstream's status strategy allows).
     const STATUS_WRITES_ANNOTATIONS: bool = false;
+    /// The columns of the kind's Table, wide ones included: upstream's printer for the kind,
+    /// or its default table convertor (`Name`, `Created At`) for kinds it has none for.
+    const COLUMNS: &'static [Column] = table::DEFAULT_COLUMNS;
+
+    /// The object's Table row, one cell per column of `COLUMNS`; `now` is the time ages are
+    /// measured to.
+    fn row(&self, _now: Timestamp) -> Row {
+        table::default_row(self.metadata())
+    }
 
     /// Upstream's defaulting functions; run on create and update.
     fn default_fields(&mut self) {}
@@ -156,11 +168,11 @@ pub trait Strategy: Send + Sync + 'static {
     /// Drops from a decoded body what the kind does not know (custom resources' pruning by
     /// their schema); built-in kinds lose unknown fields in decoding already.
     fn prune(&self, _obj: &mut Self::Object) {}
-    /// The kind's Table columns when they are its own (custom resources'
-    /// `additionalPrinterColumns`) rather than upstream's built-in printers.
-    fn columns(&self) -> Option<Arc<crate::crd::Columns>> {
-        None
-    }
+    /// The columns of the resource's Table (`kubectl get`), wide ones included.
+    fn table_columns(&self) -> Vec<ColumnDefinition>;
+    /// One object's Table row, in the order of `table_columns`. Fails only when the object
+    /// does not decode as the resource's kind.
+    fn table_row(&self, object: &Value, now: Timestamp) -> Result<Row, serde_json::Error>;
     /// The storage key prefix of the resource.
     fn key_root(&self) -> String {
         self.info().key_root()
@@ -272,6 +284,12 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     }
     fn encode_stored(&self, obj: &K) -> Result<Vec<u8>, String> {
         obj.to_storage()
+    }
+    fn table_columns(&self) -> Vec<ColumnDefinition> {
+        table::columns::<K>()
+    }
+    fn table_row(&self, object: &Value, now: Timestamp) -> Result<Row, serde_json::Error> {
+        table::row::<K>(object, now)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use jiff::Timestamp;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value};
@@ -15,6 +16,7 @@ use super::schema::{self, Schema};
 use super::validate::{self, bad_value};
 use crate::registry::{ResourceInfo, Subresource};
 use crate::strategy::{ScaleView, Strategy};
+use crate::table::{ColumnDefinition, Row};
 use crate::validation::{ErrorKind, Errors, FieldError, NameRule};
 
 /// Upstream's discovery verbs of a custom resource, in upstream's order.
@@ -477,8 +479,11 @@ impl Strategy for CustomStrategy {
         stored.set_api_version(&self.storage_api_version);
         serde_json::to_vec(&stored).map_err(|e| e.to_string())
     }
-    fn columns(&self) -> Option<Arc<Columns>> {
-        Some(self.columns.clone())
+    fn table_columns(&self) -> Vec<ColumnDefinition> {
+        self.columns.definitions()
+    }
+    fn table_row(&self, object: &Value, now: Timestamp) -> Result<Row, serde_json::Error> {
+        Ok(self.columns.row(object, now))
     }
     fn key_root(&self) -> String {
         format!("/registry/{}/{}/", self.info.group, self.info.plural)

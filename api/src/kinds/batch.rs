@@ -3,19 +3,29 @@
 
 use std::collections::BTreeMap;
 
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::JobCondition;
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
 
-use crate::kinds::pod::{default_template, validate_template};
+use crate::kinds::pod::default_template;
+use crate::kinds::pod::validation::validate_template;
 use crate::selector::Selector;
 use crate::spec_and_status;
 use crate::strategy::{GcPolicy, Kind};
+use crate::table::{
+    AGE, CONTAINERS, Column, IMAGES, NAME, Row, age, column, format_label_selector, human_duration,
+    integer, layout_containers, name, num, set, string, template_containers, text,
+    translate_timestamp_since,
+};
 use crate::validation::{Errors, FieldError, Path, immutable};
 
 const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
 const JOB_NAME: &str = "batch.kubernetes.io/job-name";
 
 impl Kind for Job {
+    const COLUMNS: &'static [Column] = JOB_COLUMNS;
     const FIELDS: &'static [&'static str] = &["status.successful"];
     const GC_POLICY: GcPolicy = GcPolicy::OrphanDependents;
 
@@ -139,6 +149,10 @@ impl Kind for Job {
             _ => None,
         }
     }
+
+    fn row(&self, now: Timestamp) -> Row {
+        Row::new(job_cells(self, now))
+    }
 }
 
 fn generate_selector(spec: &mut JobSpec, uid: &str, name: &str) {
@@ -248,6 +262,8 @@ fn validate_job_spec(spec: &JobSpec, path: &Path, selector_required: bool, errs:
 }
 
 impl Kind for CronJob {
+    const COLUMNS: &'static [Column] = CRON_JOB_COLUMNS;
+
     spec_and_status!(generation);
 
     fn default_fields(&mut self) {
@@ -346,5 +362,266 @@ impl Kind for CronJob {
                 "",
             ));
         }
+    }
+
+    fn row(&self, now: Timestamp) -> Row {
+        Row::new(cron_job_cells(self, now))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Table printing (upstream's printers, pkg/printers/internalversion).
+
+const JOB_COLUMNS: &[Column] = &[
+    NAME,
+    string("Status", "Status of the job."),
+    string("Completions", doc::JOB_SUCCEEDED),
+    string("Duration", "Time required to complete the job."),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    string("Selector", doc::JOB_SELECTOR).wide(),
+];
+
+const CRON_JOB_COLUMNS: &[Column] = &[
+    NAME,
+    string("Schedule", doc::CRON_JOB_SCHEDULE),
+    string("Timezone", doc::CRON_JOB_TIME_ZONE),
+    column("Suspend", "boolean", doc::CRON_JOB_SUSPEND),
+    integer("Active", doc::CRON_JOB_ACTIVE),
+    string("Last Schedule", doc::CRON_JOB_LAST_SCHEDULE_TIME),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    string("Selector", doc::JOB_SELECTOR).wide(),
+];
+
+/// Whether the first condition of this type is true.
+fn has_job_condition(conditions: &[JobCondition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .is_some_and(|c| c.status == "True")
+}
+
+fn job_cells(job: &Job, now: Timestamp) -> Vec<Value> {
+    let spec = job.spec.clone().unwrap_or_default();
+    let status = job.status.clone().unwrap_or_default();
+    let succeeded = status.succeeded.unwrap_or(0);
+    let completions = match spec.completions {
+        Some(c) => format!("{succeeded}/{c}"),
+        None => match spec.parallelism.unwrap_or(0) {
+            p if p > 1 => format!("{succeeded}/1 of {p}"),
+            _ => format!("{succeeded}/1"),
+        },
+    };
+    let start = set(status.start_time.as_ref().map(|t| t.0));
+    let completion = set(status.completion_time.as_ref().map(|t| t.0));
+    let duration = match (start, completion) {
+        (None, _) => String::new(),
+        (Some(start), None) => human_duration(now.duration_since(start)),
+        (Some(start), Some(end)) => human_duration(end.duration_since(start)),
+    };
+    let conditions = status.conditions.as_deref().unwrap_or(&[]);
+    let state = if has_job_condition(conditions, "Complete") {
+        "Complete"
+    } else if has_job_condition(conditions, "Failed") {
+        "Failed"
+    } else if job.metadata.deletion_timestamp.is_some() {
+        "Terminating"
+    } else if has_job_condition(conditions, "Suspended") {
+        "Suspended"
+    } else if has_job_condition(conditions, "FailureTarget") {
+        "FailureTarget"
+    } else {
+        "Running"
+    };
+    let (containers, images) = layout_containers(template_containers(&spec.template));
+    vec![
+        name(&job.metadata),
+        text(state),
+        text(completions),
+        text(duration),
+        age(&job.metadata, now),
+        containers,
+        images,
+        text(format_label_selector(spec.selector.as_ref())),
+    ]
+}
+
+fn cron_job_cells(cj: &CronJob, now: Timestamp) -> Vec<Value> {
+    let spec = cj.spec.clone().unwrap_or_default();
+    let status = cj.status.clone().unwrap_or_default();
+    let last_schedule = match status.last_schedule_time.as_ref() {
+        Some(t) => translate_timestamp_since(Some(t), now),
+        None => "<none>".to_string(),
+    };
+    let job_spec = spec.job_template.spec.clone().unwrap_or_default();
+    let (containers, images) = layout_containers(template_containers(&job_spec.template));
+    vec![
+        name(&cj.metadata),
+        text(spec.schedule),
+        text(spec.time_zone.as_deref().unwrap_or("<none>")),
+        text(bool_ptr(spec.suspend)),
+        num(status.active.as_ref().map_or(0, Vec::len) as i64),
+        text(last_schedule),
+        age(&cj.metadata, now),
+        containers,
+        images,
+        text(format_label_selector(job_spec.selector.as_ref())),
+    ]
+}
+
+fn bool_ptr(b: Option<bool>) -> &'static str {
+    match b {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "<unset>",
+    }
+}
+
+mod doc {
+    pub const JOB_SUCCEEDED: &str = "The number of pods which reached phase Succeeded. The value increases monotonically for a given spec. However, it may decrease in reaction to scale down of elastic indexed jobs.";
+    pub const JOB_SELECTOR: &str = "A label query over pods that should match the pod count. Normally, the system sets this field for you. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors";
+    pub const CRON_JOB_SCHEDULE: &str =
+        "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron.";
+    pub const CRON_JOB_TIME_ZONE: &str = "The time zone name for the given schedule, see https://en.wikipedia.org/wiki/List_of_tz_database_time_zones. If not specified, this will default to the time zone of the kube-controller-manager process. The set of valid time zone names and the time zone offset is loaded from the system-wide time zone database by the API server during CronJob validation and the controller manager during execution. If no system-wide time zone database can be found a bundled version of the database is used instead. If the time zone name becomes invalid during the lifetime of a CronJob or due to a change in host configuration, the controller will stop creating new new Jobs and will create a system event with the reason UnknownTimeZone. More information can be found in https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/#time-zones";
+    pub const CRON_JOB_SUSPEND: &str = "This flag tells the controller to suspend subsequent executions, it does not apply to already started executions.  Defaults to false.";
+    pub const CRON_JOB_ACTIVE: &str = "A list of pointers to currently running jobs.";
+    pub const CRON_JOB_LAST_SCHEDULE_TIME: &str =
+        "Information when was the last time the job was successfully scheduled.";
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::table::testing::*;
+
+    fn job(spec: Value, status: Value) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": "job1", "creationTimestamp": ago(3600)},
+               "spec": spec, "status": status})
+    }
+
+    #[test]
+    fn job_rows() {
+        let template = json!({"spec": {"containers": [{"name": "pi", "image": "perl"}]}});
+        let cond = |t: &str| json!([{"type": t, "status": "True"}]);
+        assert_eq!(
+            row_of::<Job>(job(
+                json!({"completions": 2, "template": template, "selector": {"matchLabels": {"job-label": "v"}}}),
+                json!({"succeeded": 1, "startTime": ago(1200)})
+            )),
+            vec![
+                json!("job1"),
+                json!("Running"),
+                json!("1/2"),
+                json!("20m"),
+                json!("60m"),
+                json!("pi"),
+                json!("perl"),
+                json!("job-label=v")
+            ]
+        );
+        let narrow_job = |spec: Value, status: Value| narrow::<Job>(job(spec, status));
+        // Completed: the duration is start to completion.
+        assert_eq!(
+            narrow_job(
+                json!({"template": template}),
+                json!({"succeeded": 1, "startTime": ago(2000), "completionTime": ago(200), "conditions": cond("Complete")})
+            ),
+            vec![
+                json!("job1"),
+                json!("Complete"),
+                json!("1/1"),
+                json!("30m"),
+                json!("60m")
+            ]
+        );
+        // Parallel without completions; not started.
+        assert_eq!(
+            narrow_job(json!({"parallelism": 3, "template": template}), json!({}))[2..4],
+            [json!("0/1 of 3"), json!("")]
+        );
+        assert_eq!(
+            narrow_job(
+                json!({"template": template}),
+                json!({"conditions": cond("Failed")})
+            )[1],
+            "Failed"
+        );
+        assert_eq!(
+            narrow_job(
+                json!({"template": template}),
+                json!({"conditions": cond("Suspended")})
+            )[1],
+            "Suspended"
+        );
+        assert_eq!(
+            narrow_job(
+                json!({"template": template}),
+                json!({"conditions": cond("FailureTarget")})
+            )[1],
+            "FailureTarget"
+        );
+        // Only a true condition counts.
+        assert_eq!(
+            narrow_job(
+                json!({"template": template}),
+                json!({"conditions": [{"type": "Complete", "status": "False"}]})
+            )[1],
+            "Running"
+        );
+        let mut deleting = job(
+            json!({"template": template}),
+            json!({"conditions": cond("Suspended")}),
+        );
+        deleting["metadata"]["deletionTimestamp"] = json!(ago(1));
+        assert_eq!(narrow::<Job>(deleting)[1], "Terminating");
+    }
+
+    #[test]
+    fn cron_job_rows() {
+        let cj = |spec: Value, status: Value| {
+            row_of::<CronJob>(json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                       "metadata": {"name": "hello", "creationTimestamp": ago(3 * 86400)},
+                       "spec": spec, "status": status}))
+        };
+        let template = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+                                       "selector": {"matchLabels": {"a": "b"}}}});
+        assert_eq!(
+            cj(
+                json!({"schedule": "*/1 * * * *", "suspend": false, "jobTemplate": template}),
+                json!({"active": [{"name": "hello-1"}], "lastScheduleTime": ago(45)})
+            ),
+            vec![
+                json!("hello"),
+                json!("*/1 * * * *"),
+                json!("<none>"),
+                json!("False"),
+                json!(1),
+                json!("45s"),
+                json!("3d"),
+                json!("c"),
+                json!("busybox"),
+                json!("a=b")
+            ]
+        );
+        let fresh = cj(
+            json!({"schedule": "0 0 * * *", "timeZone": "Etc/UTC", "jobTemplate": {}}),
+            json!({}),
+        );
+        assert_eq!(
+            fresh[2..6],
+            [
+                json!("Etc/UTC"),
+                json!("<unset>"),
+                json!(0),
+                json!("<none>")
+            ]
+        );
+        assert_eq!(fresh[9], "<none>");
     }
 }

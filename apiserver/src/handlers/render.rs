@@ -9,8 +9,8 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use std::sync::Arc;
 
-use minik8s_api::crd::Columns;
-use minik8s_api::{ApiError, table};
+use minik8s_api::table::{ColumnDefinition, Row};
+use minik8s_api::{ApiError, Strategy};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -163,15 +163,30 @@ pub fn protobuf_status(e: &ApiError) -> Response {
     protobuf_response(code, &status, "v1", "Status").unwrap_or_else(|_| status_response(e))
 }
 
+/// How one resource prints as a Table: its strategy, whatever its object type.
+pub trait Printer: Send + Sync {
+    fn columns(&self) -> Vec<ColumnDefinition>;
+    fn row(&self, object: &Value, now: jiff::Timestamp) -> Result<Row, serde_json::Error>;
+}
+
+impl<S: Strategy> Printer for S {
+    fn columns(&self) -> Vec<ColumnDefinition> {
+        self.table_columns()
+    }
+    fn row(&self, object: &Value, now: jiff::Timestamp) -> Result<Row, serde_json::Error> {
+        self.table_row(object, now)
+    }
+}
+
 /// Renders reads of one resource kind.
 pub struct Renderer {
     pub render: Render,
-    pub group: String,
     pub kind: String,
     pub api_version: String,
     pub list_kind: String,
-    /// The kind's own columns (custom resources); upstream's printers otherwise.
-    pub columns: Option<Arc<Columns>>,
+    /// Prints the kind's Table: upstream's printer of a built-in kind, a custom resource's
+    /// `additionalPrinterColumns`.
+    pub printer: Arc<dyn Printer>,
 }
 
 fn partial(mut value: Value) -> Value {
@@ -194,11 +209,10 @@ const PARTIAL_LIST_TYPE: &str = "application/json;as=PartialObjectMetadataList;v
 
 impl Renderer {
     fn row(&self, value: Value, now: jiff::Timestamp, include: Include) -> Result<Value, ApiError> {
-        let row = match &self.columns {
-            Some(columns) => columns.row(&value, now),
-            None => table::row(&self.group, &self.kind, &value, now)
-                .map_err(|e| ApiError::internal(format!("printing a table row: {e}")))?,
-        };
+        let row = self
+            .printer
+            .row(&value, now)
+            .map_err(|e| ApiError::internal(format!("printing a table row: {e}")))?;
         let mut out = json!({"cells": row.cells});
         if !row.conditions.is_empty() {
             out["conditions"] = serde_json::to_value(&row.conditions).unwrap_or_default();
@@ -224,11 +238,7 @@ impl Renderer {
             .map(|v| self.row(v, now, include))
             .collect::<Result<Vec<_>, _>>()?;
         let columns = if headers {
-            let definitions = match &self.columns {
-                Some(columns) => columns.definitions(),
-                None => table::columns(&self.group, &self.kind),
-            };
-            serde_json::to_value(definitions).unwrap_or_default()
+            serde_json::to_value(self.printer.columns()).unwrap_or_default()
         } else {
             json!([])
         };

@@ -283,11 +283,10 @@ impl<S: Strategy> ResourceEndpoint<S> {
         }
         Ok(Renderer {
             render,
-            group: info.group.clone(),
             kind: info.kind.clone(),
             api_version: info.api_version(),
             list_kind: info.list_kind.clone(),
-            columns: self.registry.strategy.columns(),
+            printer: self.registry.strategy.clone(),
         })
     }
 

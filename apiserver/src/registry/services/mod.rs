@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use minik8s_api::ApiError;
-use minik8s_api::kinds::core::needs_node_port;
+use minik8s_api::kinds::service::needs_node_port;
 use minik8s_api::validation::{FieldError, Path};
 
 use self::allocator::{IpAllocator, PortAllocator};
