@@ -10,7 +10,8 @@ pub mod endpoints;
 pub mod endpointslice;
 pub mod garbagecollector;
 pub mod hollow;
-pub mod informers;
+/// The shared informers, in a crate of their own so the proxy and the kubelet can use them.
+pub use minik8s_informers as informers;
 pub mod job;
 pub mod leader;
 pub mod manager;

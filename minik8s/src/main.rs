@@ -342,6 +342,13 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     } else {
         None
     };
+    // One watch and one cache per kind for the whole process: the scheduler, the controllers,
+    // the proxier, DNS and the Ingress proxy. Through the controller-manager's identity (every
+    // authenticated user may read everything; the components write through their own).
+    let informers = minik8s_informers::Informers::new(control::local_client(
+        minik8s_apiserver::router(prepared.server.clone()),
+        control::controller_manager_user(),
+    ));
     let (stop_net, net_stopped) = tokio::sync::watch::channel(false);
     let mut net_tasks = Vec::new();
     if node.is_some() {
@@ -361,7 +368,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
                 masquerade_all: false,
             };
             net_tasks.push(net::spawn_proxier(
-                client(),
+                &informers,
                 config,
                 Default::default(),
                 args.proxy_mode,
@@ -399,9 +406,9 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
                     stopped(net_stopped.clone()),
                 )));
             }
-            let (client, stop) = (client(), stopped(net_stopped.clone()));
+            let (informers, stop) = (informers.clone(), stopped(net_stopped.clone()));
             net_tasks.push(tokio::spawn(async move {
-                if let Err(e) = minik8s_proxy::dns::run(client, config, stop).await {
+                if let Err(e) = minik8s_proxy::dns::run(&informers, config, stop).await {
                     tracing::warn!(error = %e, "cluster DNS is not running");
                 }
             }));
@@ -409,6 +416,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
         if !args.disable_ingress {
             net_tasks.push(net::spawn_ingress(
                 client(),
+                informers.clone(),
                 args.ingress_bind_address,
                 agent::node_ip(&args.agent),
                 stopped(net_stopped.clone()),
@@ -422,11 +430,6 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     }
     // The node agent's --cluster-cidr is the range the node IPAM controller splits.
     options.node_ipam.cluster_cidr = args.agent.cluster_cidr.clone();
-    // One watch and one cache per kind for the controllers and the scheduler of this process.
-    let informers = minik8s_controllers::informers::Informers::new(control::local_client(
-        minik8s_apiserver::router(prepared.server.clone()),
-        control::controller_manager_user(),
-    ));
     let controllers = (with_agent && !args.disable_controller_manager).then(|| {
         tokio::spawn(minik8s_controllers::manager::run(
             informers.clone(),

@@ -1,6 +1,8 @@
 //! Service networking as commands: `proxy` (kube-proxy, iptables or nftables mode), `dns` (cluster DNS) and
 //! `ingress` (the Ingress proxy), each an ordinary API client; `server` runs the proxier and
-//! DNS beside the node agent, through in-process clients.
+//! DNS beside the node agent, through in-process clients. Each reads its Services and
+//! EndpointSlices from the process's shared informers: its own when it runs alone, the one of
+//! the whole process in `server` and `node`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -10,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use minik8s_apiserver::auth::UserInfo;
+use minik8s_informers::Informers;
 use minik8s_proxy::iptables::{CommandIptables, Periods, ProxyConfig};
 
 use crate::control::ClientArgs;
@@ -89,16 +92,17 @@ fn enable_route_localnet() {
     }
 }
 
-/// Starts the proxier in the background (the all-in-one server's node half).
+/// Starts the proxier in the background (the all-in-one server's node half), reading the
+/// caches of `informers`.
 pub fn spawn_proxier(
-    client: kube::Client,
+    informers: &Informers,
     config: ProxyConfig,
     periods: Periods,
     mode: ProxyMode,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     enable_route_localnet();
-    let caches = minik8s_proxy::cache::Caches::start(client);
+    let caches = minik8s_proxy::cache::Caches::from_informers(informers);
     tokio::spawn(async move {
         if let Err(e) = run_proxier(caches, config, periods, mode, shutdown).await {
             tracing::error!(error = %e, "proxier stopped");
@@ -146,7 +150,8 @@ pub async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
         max: args.iptables_sync_period,
     };
     enable_route_localnet();
-    let caches = minik8s_proxy::cache::Caches::start(client);
+    let informers = Informers::new(client);
+    let caches = minik8s_proxy::cache::Caches::from_informers(&informers);
     run_proxier(
         caches,
         config,
@@ -176,7 +181,8 @@ pub fn dns_config(
 pub async fn run_dns(args: DnsArgs) -> anyhow::Result<()> {
     let client = args.client.client().await?;
     let config = dns_config(args.bind, &args.cluster_domain, &args.resolv_conf);
-    minik8s_proxy::dns::run(client, config, crate::shutdown_signal()).await?;
+    let informers = Informers::new(client);
+    minik8s_proxy::dns::run(&informers, config, crate::shutdown_signal()).await?;
     Ok(())
 }
 
@@ -195,7 +201,8 @@ pub async fn run_ingress(args: IngressArgs) -> anyhow::Result<()> {
         addresses,
         publish_node_addresses: false,
     };
-    minik8s_proxy::ingress::run(client, config, crate::shutdown_signal()).await?;
+    let informers = Informers::new(client.clone());
+    minik8s_proxy::ingress::run(client, &informers, config, crate::shutdown_signal()).await?;
     Ok(())
 }
 
@@ -225,9 +232,10 @@ pub fn kube_dns(
 /// Starts the Ingress proxy in the background (the node half of `server` and `node`), after
 /// making sure the `minik8s` IngressClass exists. Every node serves every Ingress, so the
 /// Ingresses' status lists the InternalIPs of all nodes (this node's address until a node
-/// has one).
+/// has one). Statuses are written through `client`; everything else is read from `informers`.
 pub fn spawn_ingress(
     client: kube::Client,
+    informers: Arc<Informers>,
     bind: SocketAddr,
     node_ip: IpAddr,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -244,7 +252,7 @@ pub fn spawn_ingress(
             addresses: vec![node_ip],
             publish_node_addresses: true,
         };
-        if let Err(e) = minik8s_proxy::ingress::run(client, config, shutdown).await {
+        if let Err(e) = minik8s_proxy::ingress::run(client, &informers, config, shutdown).await {
             tracing::warn!(error = %e, "the Ingress proxy is not running");
         }
     })

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use minik8s_apiserver::pki::{Pki, ServingNames};
+use minik8s_informers::Informers;
 
 use crate::agent::{self, AgentArgs};
 use crate::{net, routes};
@@ -88,24 +89,28 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         let path = args.data_dir.join("proxy.kubeconfig");
         Some(agent::kubeconfig_client(&pki, &cert, &args.server, &path).await?)
     };
-    if let (false, Some(client)) = (args.disable_proxy, proxy_client.clone()) {
+    // The proxier and the Ingress proxy share one cache of Services and EndpointSlices.
+    let informers = proxy_client.clone().map(Informers::new);
+    if let (false, Some(informers)) = (args.disable_proxy, &informers) {
         let config = minik8s_proxy::iptables::ProxyConfig {
             hostname: name.clone(),
             cluster_cidr: Some(args.agent.cluster_cidr.clone()),
             masquerade_all: false,
         };
         tasks.push(net::spawn_proxier(
-            client,
+            informers,
             config,
             Default::default(),
             args.proxy_mode,
             stopped(stop_rx.clone()),
         ));
     }
-    if let (false, Some(client)) = (args.disable_ingress, proxy_client) {
+    if let (false, Some(client), Some(informers)) = (args.disable_ingress, proxy_client, informers)
+    {
         // The proxier's identity, as the server's Ingress proxy has.
         tasks.push(net::spawn_ingress(
             client,
+            informers,
             args.ingress_bind_address,
             agent::node_ip(&args.agent),
             stopped(stop_rx.clone()),

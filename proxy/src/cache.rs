@@ -1,15 +1,19 @@
-//! Caches of Services and EndpointSlices kept current by watches (kube-rs reflectors). Each
-//! component owns its caches and is poked through `changed` after every watch event; the work
-//! itself always reads the caches, never the events.
+//! The Services and EndpointSlices a proxy component works from, read from the process's shared
+//! informers: in `minik8s server` the controllers, the proxier, DNS and the Ingress proxy hold
+//! one cache of each kind between them instead of one each. Each component still gets its own
+//! `changed`, poked after every change: a `Notify` wakes one waiter, so two components sharing
+//! one would steal each other's wake-ups. The work itself always reads the caches, never the
+//! changes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::Resource;
+use kube::runtime::reflector::Store;
+use minik8s_informers::{Informer, Informers};
+use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,11 +29,12 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// Starts the watches (all namespaces) in the background.
-    pub fn start(client: Client) -> Caches {
+    /// The Service and EndpointSlice caches of `informers` (all namespaces; their watches start
+    /// now unless another component started them), with a `changed` of their own.
+    pub fn from_informers(informers: &Informers) -> Caches {
         let changed = Arc::new(Notify::new());
-        let services = watch::<Service>(Api::all(client.clone()), changed.clone());
-        let slices = watch::<EndpointSlice>(Api::all(client), changed.clone());
+        let services = poke_on_change(&informers.of::<Service>(), &changed);
+        let slices = poke_on_change(&informers.of::<EndpointSlice>(), &changed);
         Caches {
             services,
             slices,
@@ -59,30 +64,30 @@ impl Caches {
     }
 }
 
-/// Starts a reflector for `api` that pokes `changed` after every event.
-pub fn watch<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
+/// The cache of `informer`, poking `changed` after every change of it (a subscriber that fell
+/// behind is poked too: it rereads the whole cache anyway). The poking stops at the first
+/// change after everyone holding `changed` is gone.
+pub fn poke_on_change<K>(informer: &Informer<K>, changed: &Arc<Notify>) -> Store<K>
 where
-    K: kube::Resource<DynamicType = ()>
+    K: Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
-        + serde::de::DeserializeOwned
+        + DeserializeOwned
         + Send
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default()).default_backoff(),
-    );
+    // Subscribed here, before the caller reads the cache: no change can fall in between.
+    let changes = informer.changes();
+    let changed: Weak<Notify> = Arc::downgrade(changed);
     tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => changed.notify_one(),
-                Err(e) => tracing::warn!(error = %e, "watch failed"),
+        let mut changes = std::pin::pin!(changes);
+        while changes.next().await.is_some() {
+            match changed.upgrade() {
+                Some(changed) => changed.notify_one(),
+                None => return,
             }
         }
     });
-    store
+    informer.store()
 }

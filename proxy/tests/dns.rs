@@ -166,11 +166,10 @@ async fn the_zone_follows_the_api() -> anyhow::Result<()> {
         domain: "cluster.local".into(),
         upstreams: vec![],
     };
-    tokio::spawn(minik8s_proxy::dns::run(
-        client.clone(),
-        config,
-        std::future::pending(),
-    ));
+    let informers = minik8s_informers::Informers::new(client.clone());
+    tokio::spawn(async move {
+        minik8s_proxy::dns::run(&informers, config, std::future::pending()).await
+    });
 
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     services

@@ -133,11 +133,12 @@ async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
         addresses: vec!["127.0.0.1".parse()?],
         publish_node_addresses: false,
     };
-    tokio::spawn(minik8s_proxy::ingress::run(
-        client.clone(),
-        config,
-        std::future::pending(),
-    ));
+    let informers = minik8s_informers::Informers::new(client.clone());
+    let ingress_client = client.clone();
+    tokio::spawn(async move {
+        minik8s_proxy::ingress::run(ingress_client, &informers, config, std::future::pending())
+            .await
+    });
 
     testkit::eventually(Duration::from_secs(20), "the route is served", || async {
         let (code, _) = get(bind, "foo.example", "/app/x").await?;
@@ -259,11 +260,13 @@ async fn every_node_publishes_all_node_addresses() -> anyhow::Result<()> {
             addresses: vec![own.parse()?],
             publish_node_addresses: true,
         };
-        tokio::spawn(minik8s_proxy::ingress::run(
-            client.clone(),
-            config,
-            std::future::pending(),
-        ));
+        // Two nodes: each with the informers of its own process.
+        let informers = minik8s_informers::Informers::new(client.clone());
+        let node_client = client.clone();
+        tokio::spawn(async move {
+            minik8s_proxy::ingress::run(node_client, &informers, config, std::future::pending())
+                .await
+        });
     }
     testkit::eventually(
         Duration::from_secs(20),

@@ -16,14 +16,8 @@ use kube::{Resource, ResourceExt};
 use minik8s_api::selector::Selector;
 use serde::de::DeserializeOwned;
 
-/// The controller reference of `obj`, if any.
-pub fn controller_of(obj: &impl Resource) -> Option<&OwnerReference> {
-    obj.meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-}
+/// The controller reference of `obj`, if any (in the informers crate: its index needs it).
+pub use minik8s_informers::controller_of;
 
 /// Whether `obj` is controlled by `owner` (by UID).
 pub fn is_controlled_by(obj: &impl Resource, owner: &impl Resource) -> bool {

@@ -496,7 +496,7 @@ async fn end_to_end(backend: Backend, args: ProxyArgs) -> anyhow::Result<()> {
     };
     let periods = Periods::default();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let caches = Caches::start(client.clone());
+    let caches = Caches::from_informers(&minik8s_informers::Informers::new(client.clone()));
     let stopped = async {
         let _ = stopped.await;
     };

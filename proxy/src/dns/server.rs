@@ -213,9 +213,10 @@ async fn forward_tcp(upstream: SocketAddr, packet: &[u8]) -> std::io::Result<Vec
     Ok(answer)
 }
 
-/// Runs cluster DNS until `shutdown`: binds, then keeps the zone current from watches.
+/// Runs cluster DNS until `shutdown`: binds, then keeps the zone current from the Service and
+/// EndpointSlice caches of `informers`.
 pub async fn run(
-    client: kube::Client,
+    informers: &minik8s_informers::Informers,
     config: DnsConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
@@ -226,7 +227,7 @@ pub async fn run(
         .await
         .map_err(|e| Error::Bind(config.bind, e))?;
     tracing::info!(bind = %config.bind, upstreams = ?config.upstreams, "serving cluster DNS");
-    let caches = Caches::start(client);
+    let caches = Caches::from_informers(informers);
     let server = Server::new(
         Zone::build(&config.domain, &[], &[]),
         config.upstreams.clone(),

@@ -25,7 +25,9 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::net::TcpListener;
 
-use crate::cache::{Caches, watch};
+use minik8s_informers::Informers;
+
+use crate::cache::{Caches, poke_on_change};
 pub use routes::{DEFAULT_CLASS_ANNOTATION, Routed, Routes};
 
 #[derive(Debug, thiserror::Error)]
@@ -235,9 +237,11 @@ async fn update_statuses(client: &Client, ingresses: &[Ingress], addresses: &[Ip
     join_all(writes).await;
 }
 
-/// Runs the Ingress proxy until `shutdown`.
+/// Runs the Ingress proxy until `shutdown`: routes from the caches of `informers`, statuses
+/// written through `client`.
 pub async fn run(
     client: Client,
+    informers: &Informers,
     config: IngressConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
@@ -245,12 +249,12 @@ pub async fn run(
         .await
         .map_err(|e| Error::Bind(config.bind, e))?;
     tracing::info!(bind = %config.bind, "serving ingress");
-    let caches = Caches::start(client.clone());
-    let ingresses = watch::<Ingress>(Api::all(client.clone()), caches.changed.clone());
-    let classes = watch::<IngressClass>(Api::all(client.clone()), caches.changed.clone());
+    let caches = Caches::from_informers(informers);
+    let ingresses = poke_on_change(&informers.of::<Ingress>(), &caches.changed);
+    let classes = poke_on_change(&informers.of::<IngressClass>(), &caches.changed);
     let nodes = config
         .publish_node_addresses
-        .then(|| watch::<Node>(Api::all(client.clone()), caches.changed.clone()));
+        .then(|| poke_on_change(&informers.of::<Node>(), &caches.changed));
     let proxy = Proxy::new(Routes::default());
     let updater = {
         let proxy = proxy.clone();

@@ -1,6 +1,10 @@
-//! One watch and one cache per kind per process, shared by every controller (and the scheduler)
-//! running in it: upstream's SharedInformerFactory. At 30,000 pods a cache of all pods is
-//! hundreds of MiB, and each controller used to keep its own.
+//! One watch and one cache per kind per process, shared by every component running in it (the
+//! scheduler, the controllers, the proxier, cluster DNS and the Ingress proxy): upstream's
+//! SharedInformerFactory. At 30,000 pods a cache of all pods is hundreds of MiB, and each
+//! controller used to keep its own; `minik8s server` also cached every Service and
+//! EndpointSlice once for the controllers and again for each of the proxier, DNS and Ingress.
+//! A crate of its own so that the proxy (and the kubelet) share it without depending on the
+//! controllers.
 //!
 //! An informer lists and watches its kind into a [`Store`], then tells every subscriber what
 //! changed, after the cache holds the change: [`Change::Applied`] with the object as the cache
@@ -25,6 +29,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use futures::{FutureExt, Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -33,7 +38,14 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 
-use crate::util::controller_ref::controller_of;
+/// The controller reference of `obj`, if any.
+pub fn controller_of(obj: &impl Resource) -> Option<&OwnerReference> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+}
 
 /// Changes buffered for subscribers before the slowest is told to resync. The buffer is
 /// allocated whole (48 bytes a slot) for each of the dozen or so informers of a process:
@@ -547,7 +559,6 @@ impl Informers {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn cm(name: &str, rv: &str) -> ConfigMap {
         let mut c = ConfigMap::default();
@@ -555,6 +566,22 @@ mod tests {
         c.metadata.namespace = Some("default".into());
         c.metadata.resource_version = Some(rv.into());
         c
+    }
+
+    /// An applier of a fresh cache and indexes, and a subscriber to its changes.
+    fn applier<K>() -> (Applier<K>, broadcast::Receiver<Change<K>>)
+    where
+        K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+    {
+        let (store, writer) = kube::runtime::reflector::store::<K>();
+        let (changes, rx) = broadcast::channel(64);
+        let applier = Applier {
+            writer,
+            store,
+            changes,
+            indexes: Indexes::new(),
+        };
+        (applier, rx)
     }
 
     fn describe(c: &Change<ConfigMap>) -> String {
@@ -575,16 +602,8 @@ mod tests {
 
     #[tokio::test]
     async fn changes_carry_what_the_cache_held_and_relists_become_changes() {
-        let (store, writer) = kube::runtime::reflector::store::<ConfigMap>();
-        let (changes, mut rx) = broadcast::channel(64);
-        let indexes = Indexes::new();
-        let by_controller = indexes.by_controller.clone();
-        let mut a = Applier {
-            writer,
-            store: store.clone(),
-            changes,
-            indexes,
-        };
+        let (mut a, mut rx) = applier::<ConfigMap>();
+        let (store, by_controller) = (a.store.clone(), a.indexes.by_controller.clone());
         a.apply(watcher::Event::Init);
         a.apply(watcher::Event::InitApply(cm("a", "1")));
         a.apply(watcher::Event::InitApply(cm("b", "2")));
@@ -648,16 +667,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_controller_index_follows_adoption_release_and_deletion() {
-        let (store, writer) = kube::runtime::reflector::store::<ConfigMap>();
-        let (changes, _rx) = broadcast::channel(64);
-        let indexes = Indexes::new();
-        let by_controller = indexes.by_controller.clone();
-        let mut a = Applier {
-            writer,
-            store,
-            changes,
-            indexes,
-        };
+        let (mut a, _rx) = applier::<ConfigMap>();
+        let by_controller = a.indexes.by_controller.clone();
         let names = |uid: &str, orphans: Option<&str>| {
             let mut n: Vec<String> = by_controller
                 .controlled_by(uid, orphans)
@@ -708,16 +719,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_node_index_follows_binding_and_deletion() {
-        let (store, writer) = kube::runtime::reflector::store::<Pod>();
-        let (changes, _rx) = broadcast::channel(64);
-        let indexes = Indexes::new();
-        let by_node = indexes.by_node.clone();
-        let mut a = Applier {
-            writer,
-            store,
-            changes,
-            indexes,
-        };
+        let (mut a, _rx) = applier::<Pod>();
+        let by_node = a.indexes.by_node.clone();
         let on = |node: &str| {
             let mut n: Vec<String> = by_node.get(node).iter().map(|p| p.name_any()).collect();
             n.sort();
