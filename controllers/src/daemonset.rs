@@ -24,10 +24,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use minik8s_api::selector::Selector;
 
+use crate::informers::Cache;
 use crate::informers::{ByController, Informers};
 use crate::util::controller_ref::{claim, controller_of, controller_ref};
 use crate::util::events::record;
@@ -42,9 +43,9 @@ pub const TEMPLATE_GENERATION: &str = "pod-template-generation";
 
 struct Ctx {
     client: Client,
-    pods: Store<Pod>,
+    pods: Cache<Pod>,
     pods_by_controller: ByController<Pod>,
-    nodes: Store<Node>,
+    nodes: Cache<Node>,
     expectations: Expectations,
     recorder: Recorder,
 }
@@ -104,7 +105,7 @@ pub async fn run(informers: Arc<Informers>) {
     runtime::run("daemonset", sets, queue, reconcile, ctx).await
 }
 
-fn sets_of_pod(sets: &Store<DaemonSet>, pod: &Pod) -> Vec<ObjectRef<DaemonSet>> {
+fn sets_of_pod(sets: &Cache<DaemonSet>, pod: &Pod) -> Vec<ObjectRef<DaemonSet>> {
     let ns = pod.namespace().unwrap_or_default();
     match controller_of(pod) {
         Some(r) if r.kind == "DaemonSet" => vec![ObjectRef::new(&r.name).within(&ns)],

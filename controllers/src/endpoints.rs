@@ -16,7 +16,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::{Event, EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
+
+use crate::informers::Cache;
 use kube::{Client, Resource, ResourceExt};
 
 use crate::informers::Informers;
@@ -35,9 +37,9 @@ const WORKERS: usize = 5;
 
 struct Ctx {
     client: Client,
-    services: Store<Service>,
-    pods: Store<Pod>,
-    endpoints: Store<Endpoints>,
+    services: Cache<Service>,
+    pods: Cache<Pod>,
+    endpoints: Cache<Endpoints>,
     triggers: TriggerTimeTracker,
     recorder: Recorder,
 }

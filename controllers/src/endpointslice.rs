@@ -18,7 +18,9 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
+
+use crate::informers::Cache;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 
@@ -127,10 +129,10 @@ impl SliceTracker {
 
 struct Ctx {
     client: Client,
-    services: Store<Service>,
-    pods: Store<Pod>,
-    nodes: Store<Node>,
-    slices: Store<EndpointSlice>,
+    services: Cache<Service>,
+    pods: Cache<Pod>,
+    nodes: Cache<Node>,
+    slices: Cache<EndpointSlice>,
     tracker: SliceTracker,
     triggers: TriggerTimeTracker,
     recorder: Recorder,

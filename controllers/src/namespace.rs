@@ -38,7 +38,7 @@ pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
     let namespaces = informers.of::<Namespace>();
     let (reconcile, error_policy) = Reconciler::new("namespace", reconcile).split();
-    Controller::for_shared_stream(namespaces.touched(), namespaces.store())
+    Controller::for_shared_stream(namespaces.touched(), namespaces.store().kube_store())
         .run(reconcile, error_policy, Arc::new(Ctx { client }))
         .for_each(|_| async {})
         .await

@@ -19,9 +19,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
-use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 
+use crate::informers::Cache;
 use crate::informers::Informers;
 use crate::util::reconciler::{Error, Reconciler};
 
@@ -133,7 +133,7 @@ struct Allocator {
 struct Ctx {
     client: Client,
     set: CidrSet,
-    nodes: Store<Node>,
+    nodes: Cache<Node>,
     allocator: Mutex<Allocator>,
     recorder: Recorder,
 }
@@ -215,11 +215,11 @@ pub async fn run(informers: Arc<Informers>, config: NodeIpamConfig) -> Result<()
     let client = informers.client();
     let set = CidrSet::new(&config.cluster_cidr, config.node_cidr_mask_size)?;
     let nodes = informers.of::<Node>();
-    let controller = Controller::for_shared_stream(nodes.touched(), nodes.store());
+    let controller = Controller::for_shared_stream(nodes.touched(), nodes.store().kube_store());
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         set,
-        nodes: controller.store(),
+        nodes: nodes.store(),
         allocator: Mutex::new(Allocator {
             pending: HashMap::new(),
             next: 0,

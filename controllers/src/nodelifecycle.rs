@@ -24,7 +24,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::Instrument;
@@ -32,6 +32,7 @@ use tracing::Instrument;
 use crate::informers::{Index, Informers};
 use crate::util::taints::{self, NO_EXECUTE, NO_SCHEDULE};
 
+use crate::informers::Cache;
 use crate::util::reconciler::{Error, Reconciler};
 
 pub const REPORTER: &str = "node-controller";
@@ -84,8 +85,8 @@ enum ZoneState {
 struct Ctx {
     client: Client,
     config: NodeLifecycleConfig,
-    nodes: Store<Node>,
-    leases: Store<Lease>,
+    nodes: Cache<Node>,
+    leases: Cache<Lease>,
     pods_by_node: Index<Pod>,
     recorder: Recorder,
     health: Mutex<HashMap<String, Health>>,
@@ -108,12 +109,12 @@ pub async fn run(informers: Arc<Informers>, config: NodeLifecycleConfig) {
     let pods_by_node = informers.of::<Pod>().by_node();
     let nodes = informers.of::<Node>();
     let (all, all_rx) = mpsc::unbounded();
-    let controller =
-        Controller::for_shared_stream(nodes.touched(), nodes.store()).reconcile_all_on(all_rx);
+    let controller = Controller::for_shared_stream(nodes.touched(), nodes.store().kube_store())
+        .reconcile_all_on(all_rx);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         config,
-        nodes: controller.store(),
+        nodes: nodes.store(),
         leases,
         pods_by_node,
         recorder: Recorder::new(
@@ -259,7 +260,7 @@ impl Zones {
     }
 
     /// Counts every cached node afresh when the last recount is older than [`RECOUNT`].
-    fn recount_if_due(&mut self, nodes: &Store<Node>, now: Instant) {
+    fn recount_if_due(&mut self, nodes: &Cache<Node>, now: Instant) {
         if self
             .recounted
             .is_some_and(|at| now.duration_since(at) < RECOUNT)

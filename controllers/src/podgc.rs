@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
@@ -26,6 +26,7 @@ use crate::informers::Informers;
 use crate::util::pods::is_terminal;
 use crate::util::taints::{self, OUT_OF_SERVICE};
 
+use crate::informers::Cache;
 use crate::util::reconciler::{Error, Reconciler};
 
 /// Flags named after kube-controller-manager's.
@@ -50,8 +51,8 @@ impl Default for PodGcConfig {
 struct Ctx {
     client: Client,
     config: PodGcConfig,
-    pods: Store<Pod>,
-    nodes: Store<Node>,
+    pods: Cache<Pod>,
+    nodes: Cache<Node>,
     /// Nodes seen missing, and since when.
     missing_since: Mutex<HashMap<String, Instant>>,
 }
@@ -69,7 +70,8 @@ pub async fn run(informers: Arc<Informers>, config: PodGcConfig) {
     let client = informers.client();
     let (node_informer, pod_informer) = (informers.of::<Node>(), informers.of::<Pod>());
     let nodes = node_informer.store();
-    let controller = Controller::for_shared_stream(pod_informer.touched(), pod_informer.store());
+    let controller =
+        Controller::for_shared_stream(pod_informer.touched(), pod_informer.store().kube_store());
     let pods = pod_informer.store();
     let (mapped, cached_nodes) = (pod_informer.by_node(), nodes.clone());
     // A node's deletion, readiness or taints reach the pods bound to it. A node that is

@@ -12,10 +12,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
+use crate::informers::Cache;
 use crate::informers::Informers;
 use crate::util::reconciler::{Error, Reconciler};
 
@@ -26,7 +27,7 @@ pub const DESCRIPTION: &str = "Contains a CA bundle that can be used to verify t
 
 struct Ctx {
     client: Client,
-    config_maps: Store<ConfigMap>,
+    config_maps: Cache<ConfigMap>,
     root_ca: String,
 }
 
@@ -45,7 +46,7 @@ pub async fn run(informers: Arc<Informers>, root_ca: String) {
     let (reconcile, error_policy) =
         Reconciler::new("root-ca-certificate-publisher-controller", reconcile).split();
     let namespaces = informers.of::<Namespace>();
-    Controller::for_shared_stream(namespaces.touched(), namespaces.store())
+    Controller::for_shared_stream(namespaces.touched(), namespaces.store().kube_store())
         .reconcile_on(changes)
         .run(
             reconcile,

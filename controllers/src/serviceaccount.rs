@@ -9,10 +9,11 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
+use crate::informers::Cache;
 use crate::informers::{Change, Informers};
 use crate::util::reconciler::{Error, Reconciler};
 
@@ -20,7 +21,7 @@ pub const DEFAULT: &str = "default";
 
 struct Ctx {
     client: Client,
-    accounts: Store<ServiceAccount>,
+    accounts: Cache<ServiceAccount>,
 }
 
 /// Runs the ServiceAccount controller until dropped.
@@ -37,7 +38,7 @@ pub async fn run(informers: Arc<Informers>) {
     });
     let namespaces = informers.of::<Namespace>();
     let (reconcile, error_policy) = Reconciler::new("serviceaccount", reconcile).split();
-    Controller::for_shared_stream(namespaces.touched(), namespaces.store())
+    Controller::for_shared_stream(namespaces.touched(), namespaces.store().kube_store())
         .reconcile_all_on(gone)
         .run(reconcile, error_policy, Arc::new(Ctx { client, accounts }))
         .for_each(|_| async {})

@@ -19,20 +19,21 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use tracing::Instrument;
 
 use crate::informers::Informers;
 use crate::util::taints::{self, NO_EXECUTE};
 
+use crate::informers::Cache;
 use crate::util::reconciler::{Error, Reconciler};
 
 pub const REPORTER: &str = "taint-eviction-controller";
 
 struct Ctx {
     client: Client,
-    nodes: Store<Node>,
+    nodes: Cache<Node>,
     recorder: Recorder,
     /// Pods whose eviction is scheduled, by namespace/name: when it was first scheduled.
     scheduled: Mutex<HashMap<String, Instant>>,
@@ -55,7 +56,7 @@ pub async fn run(informers: Arc<Informers>) {
     let bound = pod_informer
         .touched()
         .filter(|p| futures::future::ready(node_name(p).is_some()));
-    let controller = Controller::for_shared_stream(bound, pod_informer.store());
+    let controller = Controller::for_shared_stream(bound, pod_informer.store().kube_store());
     let pods = pod_informer.by_node();
     // A change of a node's NoExecute taints reaches the pods bound to it; other node updates
     // (status every few seconds from each kubelet) change nothing here, as upstream's

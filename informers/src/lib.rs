@@ -27,7 +27,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, RwLock};
 
-use futures::{FutureExt, Stream, StreamExt, stream};
+use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
@@ -91,12 +91,58 @@ impl<K> Change<K> {
     }
 }
 
+/// The shared cache of one kind: kube's [`Store`] with a readiness every holder may wait on.
+/// The store's own `wait_until_ready` wakes only the task that polled it last (a oneshot
+/// channel underneath), so two components waiting on one shared store left the first asleep
+/// until something else polled it: a node's proxier waited five minutes for its first sync
+/// once the Ingress proxy shared its caches. Its `wait_until_ready` is shadowed here.
+pub struct Cache<K: Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    ready: watch::Receiver<bool>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Clone for Cache<K> {
+    fn clone(&self) -> Self {
+        Cache {
+            store: self.store.clone(),
+            ready: self.ready.clone(),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> std::ops::Deref for Cache<K> {
+    type Target = Store<K>;
+
+    fn deref(&self) -> &Store<K> {
+        &self.store
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
+    /// Waits for the first complete list; any number of tasks may wait at once.
+    pub async fn wait_until_ready(&self) -> Result<(), watch::error::RecvError> {
+        self.ready.clone().wait_for(|r| *r).await.map(|_| ())
+    }
+
+    /// True once the cache holds a complete list.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// kube's store itself, for kube-runtime APIs that take one (never to wait on).
+    pub fn kube_store(&self) -> Store<K> {
+        self.store.clone()
+    }
+}
+
 /// The shared cache of one kind and its changes.
 pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     changes: broadcast::Sender<Change<K>>,
     by_controller: ByController<K>,
     by_node: Index<K>,
+    /// True once the cache holds the first complete list.
+    ready: watch::Receiver<bool>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Informer<K> {
@@ -106,6 +152,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Clone for Informer<K> {
             changes: self.changes.clone(),
             by_controller: self.by_controller.clone(),
             by_node: self.by_node.clone(),
+            ready: self.ready.clone(),
         }
     }
 }
@@ -308,6 +355,7 @@ where
             changes: changes.clone(),
             by_controller: indexes.by_controller.clone(),
             by_node: indexes.by_node.clone(),
+            ready: indexes.ready.subscribe(),
         };
         tokio::spawn(async move {
             // No component reads managedFields, and they are a good part of every object:
@@ -334,8 +382,11 @@ where
     }
 
     /// The cache.
-    pub fn store(&self) -> Store<K> {
-        self.store.clone()
+    pub fn store(&self) -> Cache<K> {
+        Cache {
+            store: self.store.clone(),
+            ready: self.ready.clone(),
+        }
     }
 
     /// The cache by controller.
@@ -353,7 +404,7 @@ where
     pub fn changes(&self) -> impl Stream<Item = Change<K>> + Send + use<K> {
         let rx = self.changes.subscribe();
         // Subscribed first: whatever the first list publishes from now on reaches `rx`.
-        let listed = self.store.wait_until_ready().now_or_never().is_some();
+        let listed = *self.ready.borrow();
         let first = stream::iter(listed.then_some(Change::Synced));
         let rest = stream::unfold(rx, |mut rx| async move {
             match rx.recv().await {
@@ -558,6 +609,7 @@ impl Informers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
     use k8s_openapi::api::core::v1::ConfigMap;
 
     fn cm(name: &str, rv: &str) -> ConfigMap {
@@ -663,6 +715,36 @@ mod tests {
             }]
         });
         c
+    }
+
+    /// kube's `Store::wait_until_ready` wakes only its last waiter; every holder of a shared
+    /// cache must wake, whatever polled it in between.
+    #[tokio::test]
+    async fn every_waiter_on_a_shared_cache_wakes_when_it_is_listed() {
+        let (mut a, _rx) = applier::<ConfigMap>();
+        let cache = Cache {
+            store: a.store.clone(),
+            ready: a.indexes.ready.subscribe(),
+        };
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let cache = cache.clone();
+                tokio::spawn(async move { cache.wait_until_ready().await })
+            })
+            .collect();
+        // Each waiter polls once and sleeps; then a check in passing, as `changes` does.
+        tokio::task::yield_now().await;
+        assert!(!cache.is_ready());
+        a.apply(watcher::Event::Init);
+        a.apply(watcher::Event::InitDone);
+        for waiter in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+                .await
+                .expect("a waiter on the shared cache was never woken")
+                .unwrap()
+                .unwrap();
+        }
+        assert!(cache.is_ready());
     }
 
     #[tokio::test]

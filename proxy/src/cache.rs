@@ -11,8 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
-use kube::runtime::reflector::Store;
-use minik8s_informers::{Informer, Informers};
+use minik8s_informers::{Cache, Informer, Informers};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
@@ -23,8 +22,8 @@ pub struct NotReady;
 /// Caches of Services and EndpointSlices kept current by watches; every change pokes `changed`.
 #[derive(Clone)]
 pub struct Caches {
-    pub services: Store<Service>,
-    pub slices: Store<EndpointSlice>,
+    pub services: Cache<Service>,
+    pub slices: Cache<EndpointSlice>,
     pub changed: Arc<Notify>,
 }
 
@@ -67,7 +66,7 @@ impl Caches {
 /// The cache of `informer`, poking `changed` after every change of it (a subscriber that fell
 /// behind is poked too: it rereads the whole cache anyway). The poking stops at the first
 /// change after everyone holding `changed` is gone.
-pub fn poke_on_change<K>(informer: &Informer<K>, changed: &Arc<Notify>) -> Store<K>
+pub fn poke_on_change<K>(informer: &Informer<K>, changed: &Arc<Notify>) -> Cache<K>
 where
     K: Resource<DynamicType = ()>
         + Clone

@@ -20,9 +20,10 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 
+use crate::informers::Cache;
 use crate::informers::Informers;
 use crate::util::clock::{Clock, RealClock};
 use crate::util::controller_ref::{controller_of, controller_ref, is_controlled_by};
@@ -39,7 +40,7 @@ const MAX_MISSED: usize = 100;
 
 struct Ctx {
     client: Client,
-    jobs: Store<Job>,
+    jobs: Cache<Job>,
     recorder: Recorder,
     clock: Arc<dyn Clock>,
 }

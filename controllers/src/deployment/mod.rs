@@ -27,10 +27,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
 
+use crate::informers::Cache;
 use crate::informers::{ByController, Change, Informers};
 use crate::util::controller_ref::{claim, controller_of};
 use crate::util::events::record;
@@ -41,7 +42,7 @@ const REPORTER: &str = "deployment-controller";
 
 struct Ctx {
     client: Client,
-    sets: Store<ReplicaSet>,
+    sets: Cache<ReplicaSet>,
     pods: ByController<Pod>,
     recorder: Recorder,
 }
@@ -59,8 +60,10 @@ pub async fn run(informers: Arc<Informers>) {
             _ => None,
         })
     });
-    let controller =
-        Controller::for_shared_stream(deployments_informer.touched(), deployments_informer.store());
+    let controller = Controller::for_shared_stream(
+        deployments_informer.touched(),
+        deployments_informer.store().kube_store(),
+    );
     let deployments = deployments_informer.store();
     let sets_for_pods = sets.store();
     let ctx = Arc::new(Ctx {
@@ -94,7 +97,7 @@ fn selector(d: &Deployment) -> Result<Selector, SelectorError> {
 
 /// Its controller, or for an orphan every Deployment whose selector matches it.
 fn deployments_of_rs(
-    deployments: &Store<Deployment>,
+    deployments: &Cache<Deployment>,
     rs: &ReplicaSet,
 ) -> Vec<ObjectRef<Deployment>> {
     let ns = rs.namespace().unwrap_or_default();
@@ -115,7 +118,7 @@ fn deployments_of_rs(
         .collect()
 }
 
-fn deployment_of_pod(sets: &Store<ReplicaSet>, pod: &Pod) -> Option<ObjectRef<Deployment>> {
+fn deployment_of_pod(sets: &Cache<ReplicaSet>, pod: &Pod) -> Option<ObjectRef<Deployment>> {
     let ns = pod.namespace().unwrap_or_default();
     let owner = controller_of(pod).filter(|o| o.kind == "ReplicaSet")?;
     let rs = sets.get(&ObjectRef::new(&owner.name).within(&ns))?;

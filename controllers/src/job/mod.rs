@@ -27,7 +27,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use minik8s_api::selector::Selector;
 
@@ -42,6 +42,7 @@ use crate::util::pods::{
 use crate::util::reconciler::Error;
 use crate::util::runtime;
 
+use crate::informers::Cache;
 pub use indexed::COMPLETION_INDEX;
 use pod_failure_policy::Verdict;
 
@@ -78,8 +79,8 @@ struct Backoff {
 
 struct Ctx {
     client: Client,
-    jobs: Store<Job>,
-    pods: Store<Pod>,
+    jobs: Cache<Job>,
+    pods: Cache<Pod>,
     pods_by_controller: ByController<Pod>,
     expectations: Expectations,
     /// Per Job key, UIDs of pods whose finalizer was removed but whose cached copy may still
@@ -161,7 +162,7 @@ fn has_finalizer(pod: &Pod) -> bool {
 
 /// The Jobs a pod event concerns: its controller, or for an orphan, every Job of its namespace
 /// whose selector matches it (one of them may adopt it).
-fn jobs_of_pod(jobs: &Store<Job>, pod: &Pod) -> Vec<ObjectRef<Job>> {
+fn jobs_of_pod(jobs: &Cache<Job>, pod: &Pod) -> Vec<ObjectRef<Job>> {
     let ns = pod.namespace().unwrap_or_default();
     match controller_of(pod) {
         Some(r) if r.kind == "Job" => vec![ObjectRef::new(&r.name).within(&ns)],
@@ -182,7 +183,7 @@ fn jobs_of_pod(jobs: &Store<Job>, pod: &Pod) -> Vec<ObjectRef<Job>> {
 
 /// A pod with the tracking finalizer that no live, unfinished Job controls (upstream's
 /// orphan-pod check).
-fn is_orphan(jobs: &Store<Job>, pod: &Pod) -> bool {
+fn is_orphan(jobs: &Cache<Job>, pod: &Pod) -> bool {
     let Some(r) = controller_of(pod) else {
         return true;
     };

@@ -24,10 +24,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
 
+use crate::informers::Cache;
 use crate::informers::{ByController, Change, Informers};
 use crate::util::controller_ref::{claim, controller_of, controller_ref};
 use crate::util::events::record;
@@ -46,7 +47,7 @@ const KIND: &str = "ReplicaSet";
 
 struct Ctx {
     client: Client,
-    sets: Store<ReplicaSet>,
+    sets: Cache<ReplicaSet>,
     pods: ByController<Pod>,
     expectations: Arc<Expectations>,
     recorder: Recorder,
@@ -66,7 +67,7 @@ pub async fn run(informers: Arc<Informers>) {
     });
     let observed = expectations.clone();
     let pod_changes = pods.touched_after(move |c| observe_pods(&observed, KIND, c));
-    let controller = Controller::for_shared_stream(set_changes, sets.store());
+    let controller = Controller::for_shared_stream(set_changes, sets.store().kube_store());
     let sets_cache = sets.store();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -97,7 +98,7 @@ fn key(rs: &ReplicaSet) -> String {
 
 /// The ReplicaSets a pod event concerns: its controller, or for an orphan every ReplicaSet
 /// whose selector matches it (one of them may adopt it).
-fn owners_of_pod(sets: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
+fn owners_of_pod(sets: &Cache<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
     let ns = pod.namespace().unwrap_or_default();
     if let Some(owner) = controller_of(pod) {
         if owner.kind != KIND {

@@ -13,15 +13,16 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::controller::{self, Action};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 
 use super::reconciler::{Error, Reconciler};
+use crate::informers::Cache;
 
 /// Runs `reconcile` for every key of `queue` whose object is in `store`, until the queue ends,
 /// the way every controller reconciles (see [`Reconciler`]).
 pub async fn run<K, Ctx, Fut>(
     name: &'static str,
-    store: Store<K>,
+    store: Cache<K>,
     queue: impl Stream<Item = ObjectRef<K>> + Send + 'static,
     reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> Fut,
     ctx: Arc<Ctx>,
@@ -37,7 +38,7 @@ pub async fn run<K, Ctx, Fut>(
         reconcile,
         error_policy,
         ctx,
-        store,
+        store.kube_store(),
         Box::pin(queue),
         controller::Config::default(),
     )

@@ -10,9 +10,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::reflector::Store;
 
 use super::pods::{is_ready, is_terminal};
+use crate::informers::Cache;
 use crate::informers::{Change, Informer};
 
 /// The annotation both controllers set on what they write.
@@ -205,7 +205,7 @@ impl Memberships {
         &self,
         pod: &Pod,
         deleted: bool,
-        services: &Store<Service>,
+        services: &Cache<Service>,
     ) -> HashSet<String> {
         let now: HashSet<String> = if deleted {
             HashSet::new()
@@ -234,7 +234,7 @@ impl Memberships {
 pub fn reflect<K, F>(
     informer: Informer<K>,
     on_change: F,
-) -> (Store<K>, impl std::future::Future<Output = ()> + Send)
+) -> (Cache<K>, impl std::future::Future<Output = ()> + Send)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
