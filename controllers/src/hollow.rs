@@ -281,8 +281,9 @@ pub async fn run(client: Client, config: HollowConfig) -> Result<(), HollowError
     Ok(())
 }
 
-/// Label values allow fewer characters than names; the prefix without its trailing dash.
-fn label_value(config: &HollowConfig) -> String {
+/// The value of every node's [`HOLLOW_LABEL`]: label values allow fewer characters than
+/// names, so the prefix without its trailing dash.
+pub fn label_value(config: &HollowConfig) -> String {
     config.prefix.trim_end_matches(['-', '.', '_']).to_string()
 }
 

@@ -40,6 +40,11 @@ pub struct KubeletConfig {
     /// How often the runtime is listed to notice changes made behind the kubelet's back.
     pub relist_period: Duration,
     pub labels: Vec<(String, String)>,
+    /// Whether the kubelet changes the host it runs on: pod cgroups, tmpfs and subPath bind
+    /// mounts for volumes, the pods directory made a shared mount. Hollow kubelets (hundreds
+    /// in one process, on a runtime that runs nothing) leave the host alone: their volumes are
+    /// plain directories under their own root.
+    pub manage_host: bool,
 }
 
 /// The TLS material of the kubelet's API, PEM encoded: its serving certificate and key (signed
@@ -87,6 +92,7 @@ impl KubeletConfig {
             node_lease_duration_seconds: 40,
             relist_period: Duration::from_secs(2),
             labels: Vec::new(),
+            manage_host: true,
         }
     }
 

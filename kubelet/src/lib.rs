@@ -9,6 +9,7 @@ pub mod cni;
 pub mod config;
 pub mod containerd;
 pub mod env;
+pub mod hollow;
 pub mod images;
 pub mod node;
 pub mod pod;
@@ -22,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use kube::runtime::events::{Recorder, Reporter};
 
 pub use config::KubeletConfig;
+pub use node::Capacity;
 use node::NodeAgent;
 use pod::worker::{Memory, Shared};
 use runtime::{CriRuntime, Runtime};
@@ -38,6 +40,20 @@ pub enum KubeletError {
     Serve(#[from] server::ServeError),
 }
 
+/// What a kubelet does besides running its node's pods through its runtime: the parts that
+/// reach beyond the API server and the runtime. A hollow kubelet (kubemark's) runs with none.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Serve the kubelet API (logs, exec, stats) when the config has serving TLS.
+    pub serve_api: bool,
+    /// Make the bridge and write the CNI configuration once the node has a pod range, with the
+    /// cluster's ranges (traffic to them is not masqueraded). `None`: the range only goes to
+    /// the runtime.
+    pub pod_network: Option<Vec<String>>,
+    /// What the node offers; `None` measures the host.
+    pub capacity: Option<Capacity>,
+}
+
 /// Runs the kubelet until the process ends: node registration and heartbeats, pod workers.
 pub async fn run(
     config: KubeletConfig,
@@ -46,20 +62,39 @@ pub async fn run(
 ) -> Result<(), KubeletError> {
     let runtime: Arc<dyn Runtime> =
         Arc::new(CriRuntime::connect(&config.container_runtime_endpoint).await?);
+    let options = RunOptions {
+        serve_api: true,
+        pod_network: Some(cluster_ranges),
+        capacity: None,
+    };
+    run_with(config, client, runtime, options).await
+}
+
+/// [`run`] on a runtime already connected (a fake one for hollow nodes), doing only what
+/// `options` allows beyond it.
+pub async fn run_with(
+    config: KubeletConfig,
+    client: kube::Client,
+    runtime: Arc<dyn Runtime>,
+    options: RunOptions,
+) -> Result<(), KubeletError> {
     // The API listens before the node registers: its port is what the node advertises.
     let api = match &config.tls {
-        Some(tls) => {
+        Some(tls) if options.serve_api => {
             let addr = std::net::SocketAddr::new(config.address, config.port);
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|source| server::ServeError::Bind { addr, source })?;
             Some((listener, server::tls_config(tls)?))
         }
-        None => None,
+        _ => None,
     };
     let version = runtime.version().await?;
     tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, node = %config.node_name, "kubelet starting");
-    let capacity = node::host_capacity(&config.root_dir);
+    let capacity = options
+        .capacity
+        .clone()
+        .unwrap_or_else(|| node::host_capacity(&config.root_dir));
     let agent = Arc::new(NodeAgent {
         config: config.clone(),
         client: client.clone(),
@@ -71,15 +106,24 @@ pub async fn run(
         config.clone(),
         client.clone(),
         runtime.clone(),
-        cluster_ranges,
+        options.pod_network,
     );
     let reporter = Reporter {
         controller: "kubelet".into(),
         instance: Some(config.node_name.clone()),
     };
     let (wake, wakes) = tokio::sync::mpsc::unbounded_channel();
-    let volumes = volumes::VolumeManager::new(config.pods_dir(), client.clone());
-    if let Err(e) = volumes.make_shared() {
+    let mut volumes = volumes::VolumeManager::new(config.pods_dir(), client.clone());
+    if options.capacity.is_some() {
+        volumes = volumes.with_node_allocatable(volumes::NodeAllocatable {
+            cpu_millis: i128::from(capacity.cpus) * 1000,
+            memory: i128::from(capacity.memory_bytes),
+            ephemeral_storage: i128::from(capacity.ephemeral_bytes),
+        });
+    }
+    if !config.manage_host {
+        volumes = volumes.without_host_mounts();
+    } else if let Err(e) = volumes.make_shared() {
         tracing::warn!(error = %e, "making the pods directory a shared mount failed");
     }
     let shared = Arc::new(Shared {
@@ -106,19 +150,23 @@ pub async fn run(
 /// Sets up the pod network once the node has a pod range: the one the node IPAM controller
 /// writes into `spec.podCIDR` (watched, not polled), or `--pod-cidr` while the Node has none
 /// (for clusters that run no node IPAM). Until then the runtime reports its network as not
-/// ready, so the node stays NotReady and gets no pods, as upstream.
+/// ready, so the node stays NotReady and gets no pods, as upstream. With no `cluster_ranges`
+/// the host is left alone: no bridge, no CNI files, the range only goes to the runtime.
 async fn pod_network(
     config: KubeletConfig,
     client: kube::Client,
     runtime: Arc<dyn Runtime>,
-    cluster_ranges: Vec<String>,
+    cluster_ranges: Option<Vec<String>>,
 ) {
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::Node;
     use kube::runtime::{WatchStreamExt, watcher};
 
     let apply = |cidr: &str| -> Result<(), cni::NetError> {
-        cni::ensure_bridge(&config.bridge, cidr, &cluster_ranges)?;
+        let Some(cluster_ranges) = &cluster_ranges else {
+            return Ok(());
+        };
+        cni::ensure_bridge(&config.bridge, cidr, cluster_ranges)?;
         cni::write_conflist(
             &config.cni_conf_dir,
             &config.bridge,

@@ -51,11 +51,15 @@ fn port_number(port: &IntOrString, c: &Container) -> Result<u16, String> {
 /// Runs one check of `probe` against a container.
 pub async fn check(
     runtime: &dyn Runtime,
+    kind: Kind,
     probe: &Probe,
     c: &Container,
     container_id: &str,
     pod_ip: &str,
 ) -> Check {
+    if let Some(answer) = runtime.simulated_probe(container_id, kind).await {
+        return answer;
+    }
     let timeout = Duration::from_secs(probe.timeout_seconds.unwrap_or(1).max(1) as u64);
     if let Some(exec) = &probe.exec {
         let cmd = exec.command.clone().unwrap_or_default();
@@ -323,6 +327,7 @@ impl ProbeTask {
                 );
                 let result = check(
                     self.shared.runtime.as_ref(),
+                    *kind,
                     probe,
                     &c,
                     &self.id,
@@ -449,15 +454,18 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(
-            check(&fake, &http("/ok"), &c, "x", "127.0.0.1").await,
+            check(&fake, Kind::Readiness, &http("/ok"), &c, "x", "127.0.0.1").await,
             Ok(())
         );
         assert_eq!(
-            check(&fake, &http("/bad"), &c, "x", "127.0.0.1").await,
+            check(&fake, Kind::Readiness, &http("/bad"), &c, "x", "127.0.0.1").await,
             Err("HTTP probe failed with statuscode: 503".into())
         );
         let tcp: Probe =
             serde_json::from_value(serde_json::json!({"tcpSocket": {"port": port}})).unwrap();
-        assert_eq!(check(&fake, &tcp, &c, "x", "127.0.0.1").await, Ok(()));
+        assert_eq!(
+            check(&fake, Kind::Readiness, &tcp, &c, "x", "127.0.0.1").await,
+            Ok(())
+        );
     }
 }

@@ -1,6 +1,10 @@
 //! The control loops as commands: `controller-manager`, `scheduler` and `hollow-nodes` run
 //! against any API server through a kubeconfig; `server` runs the controller-manager and the
 //! scheduler in its own process through in-process clients that need no socket.
+//!
+//! `hollow-nodes` comes in two morphs, named after kubemark's `--morph`: `light` (one loop
+//! plays every node and pod, cheapest) and `kubelet` (one real kubelet per node on a fake
+//! runtime, as kubemark: the requests and the code paths of real nodes).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -105,6 +109,20 @@ pub struct HollowArgs {
     /// Extra node labels, `key=value,...`.
     #[arg(long, value_delimiter = ',')]
     pub node_labels: Vec<String>,
+    /// What plays each node: `light` (one loop writes every node's lease and pods' status) or
+    /// `kubelet` (the real kubelet per node on a fake runtime, as kubemark's `--morph=kubelet`).
+    #[arg(long, value_enum, default_value_t = HollowMorph::Light)]
+    pub morph: HollowMorph,
+    /// With `--morph kubelet`: where each kubelet keeps its pods' volumes,
+    /// `<root-dir>/<node>` [default: a temporary directory, removed at exit].
+    #[arg(long)]
+    pub root_dir: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HollowMorph {
+    Light,
+    Kubelet,
 }
 
 impl HollowArgs {
@@ -161,8 +179,53 @@ pub fn scheduler_user() -> UserInfo {
 pub async fn run_hollow(args: HollowArgs) -> anyhow::Result<()> {
     let client = args.client.client().await?;
     let config = args.config()?;
+    if args.morph == HollowMorph::Kubelet {
+        return run_hollow_kubelets(client, &args, config).await;
+    }
     tokio::select! {
         r = minik8s_controllers::hollow::run(client, config) => r.context("hollow nodes")?,
+        _ = crate::shutdown_signal() => {}
+    }
+    Ok(())
+}
+
+/// `hollow-nodes --morph kubelet`: the nodes the light morph would register (same names,
+/// labels, capacity and addresses), each run by a real kubelet on a fake runtime.
+async fn run_hollow_kubelets(
+    client: kube::Client,
+    args: &HollowArgs,
+    config: HollowConfig,
+) -> anyhow::Result<()> {
+    use minik8s_kubelet::hollow::{self, HollowKubelets};
+    let capacity = hollow::capacity(&config.cpu, &config.memory)
+        .with_context(|| format!("--cpu {:?} / --memory {:?}", config.cpu, config.memory))?;
+    // The temporary directory lives as long as the kubelets that use it.
+    let (root_dir, _temporary) = match &args.root_dir {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("minik8s-hollow.")
+                .tempdir()?;
+            (dir.path().to_path_buf(), Some(dir))
+        }
+    };
+    let mut labels = vec![(
+        minik8s_controllers::hollow::HOLLOW_LABEL.to_string(),
+        minik8s_controllers::hollow::label_value(&config),
+    )];
+    labels.extend(config.labels.clone());
+    let kubelets = HollowKubelets {
+        count: config.count,
+        prefix: config.prefix.clone(),
+        capacity,
+        max_pods: config.max_pods,
+        labels,
+        root_dir,
+        lease_duration_seconds: config.lease_duration_seconds,
+        status_update_frequency: std::time::Duration::from_secs(10),
+    };
+    tokio::select! {
+        r = hollow::run(client, kubelets) => r.context("hollow kubelets")?,
         _ = crate::shutdown_signal() => {}
     }
     Ok(())

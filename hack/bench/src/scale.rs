@@ -39,6 +39,10 @@ pub struct ScaleArgs {
     /// Give up on one size after this many seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout_secs: u64,
+    /// Run the hollow nodes as real kubelets on a fake runtime (`hollow-nodes --morph
+    /// kubelet`, as kubemark) instead of the light loop that plays them all.
+    #[arg(long)]
+    pub hollow_kubelet: bool,
 }
 
 /// The hollow-nodes process, killed on drop.
@@ -167,7 +171,12 @@ async fn scrape(client: &kube::Client) -> anyhow::Result<Scrape> {
 
 async fn run_size(bin: &std::path::Path, nodes: usize, args: &ScaleArgs) -> anyhow::Result<()> {
     let total = nodes * args.pods_per_node;
-    println!("== {nodes} hollow nodes, {total} pods ==");
+    let morph = if args.hollow_kubelet {
+        "kubelet"
+    } else {
+        "light"
+    };
+    println!("== {nodes} hollow nodes ({morph}), {total} pods ==");
     let mut server = Server::start(bin, false)?;
     server.wait_for_kubeconfig(Duration::from_secs(30)).await?;
     let client = loop {
@@ -189,6 +198,7 @@ async fn run_size(bin: &std::path::Path, nodes: usize, args: &ScaleArgs) -> anyh
                 "--kubeconfig",
             ])
             .arg(&server.kubeconfig)
+            .args(["--morph", morph])
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -340,11 +350,12 @@ async fn run_size(bin: &std::path::Path, nodes: usize, args: &ScaleArgs) -> anyh
         }
     }
     println!(
-        "server: RSS {} MiB (peak {} MiB), CPU {:.1} s during the storm; hollow-nodes RSS {} MiB",
+        "server: RSS {} MiB (peak {} MiB), CPU {:.1} s during the storm; hollow-nodes RSS {} MiB (peak {} MiB)",
         num(vm_kib(server.pid(), "VmRSS:") / 1024.0),
         num(vm_kib(server.pid(), "VmHWM:") / 1024.0),
         cpu.as_secs_f64(),
-        num(vm_kib(hollow.0.id(), "VmRSS:") / 1024.0)
+        num(vm_kib(hollow.0.id(), "VmRSS:") / 1024.0),
+        num(vm_kib(hollow.0.id(), "VmHWM:") / 1024.0)
     );
     drop(hollow);
     Ok(())

@@ -17,6 +17,9 @@ pub mod keys {
     pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
     pub const TERMINATION_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
     pub const INIT_CONTAINER: &str = "minik8s.io/init-container";
+    /// The pod's restartPolicy, on its sandbox: a runtime that only plays containers (the
+    /// hollow nodes' fake) needs it to know whether they may exit on their own.
+    pub const RESTART_POLICY: &str = "minik8s.io/restart-policy";
     /// containerd's runc shim serves every container whose OCI spec carries the same value
     /// (containerd passes it from the sandbox's annotations: `pod_annotations`).
     pub const SHIM_GROUP: &str = "io.containerd.runc.v2.group";

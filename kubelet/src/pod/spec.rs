@@ -298,6 +298,12 @@ pub fn sandbox_config(config: &KubeletConfig, pod: &Pod, attempt: u32) -> cri::P
         .collect();
     annotations.insert(keys::SHIM_GROUP.into(), shim_group(uid(pod)));
     annotations.insert(
+        keys::RESTART_POLICY.into(),
+        spec.restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into()),
+    );
+    annotations.insert(
         keys::TERMINATION_GRACE.into(),
         spec.termination_grace_period_seconds
             .unwrap_or(30)

@@ -606,7 +606,12 @@ impl Shared {
         }
         let uid = rt.uid.replace('-', "_");
         let root = self.config.cgroup_root.trim_end_matches('/');
-        for qos in ["", "besteffort/", "burstable/"] {
+        let qos_classes: &[&str] = if self.config.manage_host {
+            &["", "besteffort/", "burstable/"]
+        } else {
+            &[]
+        };
+        for qos in qos_classes {
             if let Err(e) =
                 crate::cgroups::remove(&self.config.cgroups_path, &format!("{root}/{qos}pod{uid}"))
             {
@@ -753,12 +758,14 @@ impl Shared {
         if let Some(attempt) = plan.create_sandbox {
             tracing::info!(pod = %pod_display(pod), attempt, "creating sandbox");
             let (memory, shares) = pod_limits(pod);
-            if let Err(e) = crate::cgroups::create(
-                &self.config.cgroups_path,
-                &spec::pod_cgroup(&self.config, pod),
-                memory,
-                shares,
-            ) {
+            if self.config.manage_host
+                && let Err(e) = crate::cgroups::create(
+                    &self.config.cgroups_path,
+                    &spec::pod_cgroup(&self.config, pod),
+                    memory,
+                    shares,
+                )
+            {
                 tracing::warn!(pod = %pod_display(pod), error = %e, "creating the pod cgroup failed");
             }
             phases.mark("cgroup");

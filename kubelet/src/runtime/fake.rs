@@ -1,13 +1,28 @@
 //! An in-memory runtime for tests: it keeps sandboxes, containers and images as a runtime
 //! would, records every call, and lets a test make containers exit.
+//!
+//! It is also the runtime of hollow nodes ([`FakeRuntime::hollow`]), as kubemark runs the real
+//! kubelet on a fake CRI: pulls succeed, pods get addresses from the node's pod range (strings
+//! only, nothing touches the host network), and containers play the part the pod's
+//! annotations give them (the light hollow nodes' annotations, read from the sandbox config
+//! the kubelet copies them into): containers of pods whose restartPolicy is not Always exit
+//! with `hollow.minik8s.io/exit-code` (default 0) after `hollow.minik8s.io/run-seconds`
+//! (default 0); init containers exit 0 at once; readiness probes fail while
+//! `hollow.minik8s.io/ready` was "false" when the sandbox was made.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use k8s_cri::v1 as cri;
 
+use super::pod_ips::PodIps;
 use super::{Result, Runtime, RuntimeError};
+use crate::probe::Kind;
+
+mod hollow;
+
+pub use hollow::{EXIT_CODE_ANNOTATION, READY_ANNOTATION, RUN_SECONDS_ANNOTATION};
 
 #[derive(Clone, Debug)]
 struct Sandbox {
@@ -15,6 +30,15 @@ struct Sandbox {
     ready: bool,
     created_at: i64,
     ip: String,
+}
+
+impl Ctr {
+    fn exited(&mut self, code: i32, reason: &str, now: i64) {
+        self.state = cri::ContainerState::ContainerExited;
+        self.exit_code = code;
+        self.finished_at = now;
+        self.reason = reason.into();
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -46,6 +70,8 @@ struct State {
     stream_base: Option<String>,
     /// The streaming requests made, as `exec <container> <cmd...>` and the like.
     streams: Vec<String>,
+    /// Hollow mode: the node's pod range, once the kubelet hands it over.
+    pod_ips: Option<PodIps>,
 }
 
 /// What a fake container uses.
@@ -60,7 +86,9 @@ pub struct Usage {
 
 #[derive(Default)]
 pub struct FakeRuntime {
-    state: Mutex<State>,
+    /// Shared with the timers that make hollow containers exit.
+    state: Arc<Mutex<State>>,
+    hollow: bool,
 }
 
 fn not_found(op: &'static str, id: &str) -> RuntimeError {
@@ -102,6 +130,15 @@ impl FakeRuntime {
         f
     }
 
+    /// The runtime of a hollow node: see the module documentation. Its network is not ready
+    /// until the kubelet hands it the node's pod range.
+    pub fn hollow() -> Self {
+        FakeRuntime {
+            hollow: true,
+            ..Default::default()
+        }
+    }
+
     /// Wall-clock nanoseconds, strictly increasing between calls.
     fn tick(s: &mut State) -> i64 {
         let now = jiff::Timestamp::now().as_nanosecond() as i64;
@@ -131,10 +168,7 @@ impl FakeRuntime {
             .find(|(_, c)| c.state == cri::ContainerState::ContainerRunning);
         match target {
             Some((_, c)) => {
-                c.state = cri::ContainerState::ContainerExited;
-                c.exit_code = code;
-                c.finished_at = now;
-                c.reason = reason.into();
+                c.exited(code, reason, now);
                 true
             }
             None => false,
@@ -232,9 +266,15 @@ impl Runtime for FakeRuntime {
             reason: String::new(),
             message: String::new(),
         };
+        let mut network = ready("NetworkReady");
+        if self.hollow && self.state.lock().expect("fake").pod_ips.is_none() {
+            network.status = false;
+            network.reason = "NetworkPluginNotReady".into();
+            network.message = "no pod CIDR yet".into();
+        }
         Ok(cri::StatusResponse {
             status: Some(cri::RuntimeStatus {
-                conditions: vec![ready("RuntimeReady"), ready("NetworkReady")],
+                conditions: vec![ready("RuntimeReady"), network],
             }),
             ..Default::default()
         })
@@ -242,11 +282,15 @@ impl Runtime for FakeRuntime {
 
     async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String> {
         let mut s = self.state.lock().expect("fake");
+        let id = format!("sandbox-{}", s.next_id + 1);
+        let ip = if self.hollow {
+            Self::hollow_ip(&mut s, &id, &config)?
+        } else {
+            s.next_ip = s.next_ip.wrapping_add(1).max(2);
+            format!("10.244.0.{}", s.next_ip)
+        };
         s.next_id += 1;
-        s.next_ip = s.next_ip.wrapping_add(1).max(2);
-        let id = format!("sandbox-{}", s.next_id);
         let now = Self::tick(&mut s);
-        let ip = format!("10.244.0.{}", s.next_ip);
         let name = config
             .metadata
             .as_ref()
@@ -291,6 +335,9 @@ impl Runtime for FakeRuntime {
         let mut s = self.state.lock().expect("fake");
         s.calls.push(format!("RemovePodSandbox {id}"));
         s.containers.retain(|_, c| c.sandbox != id);
+        if let Some(ips) = s.pod_ips.as_mut() {
+            ips.release(id);
+        }
         s.sandboxes
             .remove(id)
             .map(|_| ())
@@ -409,6 +456,9 @@ impl Runtime for FakeRuntime {
             .ok_or_else(|| not_found("StartContainer", id))?;
         c.state = cri::ContainerState::ContainerRunning;
         c.started_at = now;
+        if self.hollow {
+            self.play(&mut s, id);
+        }
         Ok(())
     }
 
@@ -570,7 +620,22 @@ impl Runtime for FakeRuntime {
         Ok(Vec::new())
     }
 
-    async fn update_pod_cidr(&self, _cidr: &str) -> Result<()> {
+    async fn update_pod_cidr(&self, cidr: &str) -> Result<()> {
+        if !self.hollow {
+            return Ok(());
+        }
+        let mut s = self.state.lock().expect("fake");
+        if s.pod_ips.as_ref().is_some_and(|ips| ips.cidr() == cidr) {
+            return Ok(());
+        }
+        // As a CNI plugin's host-local IPAM, running pods keep what they have; new ones take
+        // addresses from the new range.
+        let ips = PodIps::new(cidr).map_err(|e| RuntimeError {
+            operation: "UpdateRuntimeConfig",
+            code: tonic::Code::InvalidArgument,
+            message: e.to_string(),
+        })?;
+        s.pod_ips = Some(ips);
         Ok(())
     }
 
@@ -588,6 +653,11 @@ impl Runtime for FakeRuntime {
     async fn pull_image(&self, image: &str) -> Result<String> {
         let mut s = self.state.lock().expect("fake");
         s.calls.push(format!("PullImage {image}"));
+        if self.hollow {
+            let name = normalize(image);
+            s.images.insert(name.clone());
+            return Ok(format!("sha256:{name}"));
+        }
         Err(RuntimeError {
             operation: "PullImage",
             code: tonic::Code::Unknown,
@@ -613,6 +683,28 @@ impl Runtime for FakeRuntime {
 
     async fn image_fs_info(&self) -> Result<cri::ImageFsInfoResponse> {
         Ok(cri::ImageFsInfoResponse::default())
+    }
+
+    async fn simulated_probe(
+        &self,
+        container_id: &str,
+        kind: Kind,
+    ) -> Option<std::result::Result<(), String>> {
+        if !self.hollow {
+            return None;
+        }
+        let s = self.state.lock().expect("fake");
+        let not_ready = s
+            .containers
+            .get(container_id)
+            .and_then(|c| s.sandboxes.get(&c.sandbox))
+            .and_then(|sb| sb.config.annotations.get(READY_ANNOTATION))
+            .is_some_and(|v| v == "false");
+        Some(if kind == Kind::Readiness && not_ready {
+            Err(format!("hollow: {READY_ANNOTATION} is \"false\""))
+        } else {
+            Ok(())
+        })
     }
 }
 

@@ -78,6 +78,16 @@ pub trait Runtime: Send + Sync + 'static {
     async fn pull_image(&self, image: &str) -> Result<String>;
     async fn list_images(&self) -> Result<Vec<cri::Image>>;
     async fn image_fs_info(&self) -> Result<cri::ImageFsInfoResponse>;
+    /// The result of a `kind` probe of a container, answered by a runtime whose containers
+    /// have nothing to dial or exec into (a hollow node's). `None`, as for every real runtime:
+    /// the kubelet runs the probe itself.
+    async fn simulated_probe(
+        &self,
+        _container_id: &str,
+        _kind: crate::probe::Kind,
+    ) -> Option<std::result::Result<(), String>> {
+        None
+    }
 }
 
 /// A CRI runtime over a unix socket (containerd's CRI plugin).
@@ -506,3 +516,4 @@ pub fn image_spec(image: &str) -> cri::ImageSpec {
 }
 
 pub mod fake;
+pub mod pod_ips;

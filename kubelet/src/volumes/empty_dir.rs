@@ -128,16 +128,19 @@ pub(crate) fn memory_size(node_memory: i128, pod: &Pod, size_limit: Option<&Quan
     size
 }
 
-/// Sets up an emptyDir volume at `dir`; fsGroup ownership is applied when it is new.
+/// Sets up an emptyDir volume at `dir`; fsGroup ownership is applied when it is new. Without
+/// `mounts`, a memory medium is a plain directory too.
 pub(crate) fn setup(
     dir: &Path,
     source: &EmptyDirVolumeSource,
     pod: &Pod,
     node_memory: i128,
     fs_group: Option<i64>,
+    mounts: bool,
 ) -> Result<(), String> {
     let created = match medium(source)? {
         Medium::Disk => setup_dir(dir)?,
+        Medium::Memory if !mounts => setup_dir(dir)?,
         Medium::Memory => setup_tmpfs(
             dir,
             memory_size(node_memory, pod, source.size_limit.as_ref()),

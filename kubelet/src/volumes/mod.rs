@@ -387,6 +387,8 @@ pub struct VolumeManager {
     client: kube::Client,
     allocatable: Arc<OnceLock<NodeAllocatable>>,
     runtime_supports_rro: bool,
+    /// Whether volumes may be mounts (tmpfs, subPath binds); else plain directories.
+    host_mounts: bool,
     /// One lock per pod: setup, refresh and teardown of a pod never overlap.
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     /// Service-account tokens of projected volumes.
@@ -408,6 +410,7 @@ impl VolumeManager {
             client,
             allocatable: Arc::new(OnceLock::new()),
             runtime_supports_rro: false,
+            host_mounts: true,
             locks: Arc::default(),
             tokens: Default::default(),
         }
@@ -425,6 +428,19 @@ impl VolumeManager {
     pub fn with_recursive_read_only(mut self, supported: bool) -> Self {
         self.runtime_supports_rro = supported;
         self
+    }
+
+    /// Volumes without mounts, for a kubelet that must leave the host alone (a hollow node):
+    /// memory-backed volumes are plain directories and subPaths are used in place (after the
+    /// same checks) instead of being bind-mounted.
+    pub fn without_host_mounts(mut self) -> Self {
+        self.host_mounts = false;
+        self
+    }
+
+    /// Whether a volume of `plugin` is a tmpfs here.
+    fn memory_backed(&self, plugin: Plugin) -> bool {
+        self.host_mounts && plugin.memory_backed()
     }
 
     pub fn pods_dir(&self) -> &Path {
@@ -561,7 +577,8 @@ impl VolumeManager {
             let (d, src, pod) = (dir.clone(), src.clone(), pod.clone());
             let memory = self.allocatable().memory;
             let group = fs_group(&pod);
-            blocking(move || empty_dir::setup(&d, &src, &pod, memory, group)).await?;
+            let mounts = self.host_mounts;
+            blocking(move || empty_dir::setup(&d, &src, &pod, memory, group, mounts)).await?;
             return Ok(mounted(Plugin::EmptyDir, dir));
         }
         if let Some(src) = &v.host_path {
@@ -579,7 +596,7 @@ impl VolumeManager {
         let plugin = projection.plugin();
         let dir = self.volume_dir(uid, plugin, &v.name);
         let d = dir.clone();
-        let memory = plugin.memory_backed();
+        let memory = self.memory_backed(plugin);
         let ready = blocking(move || Ok(projection_ready(&d, memory))).await?;
         if !ready {
             // Read the sources first: a missing Secret leaves neither directory nor tmpfs.
@@ -789,6 +806,9 @@ impl VolumeManager {
                 )
             })?;
         }
+        if !self.host_mounts {
+            return Ok(full);
+        }
         subpath::prepare(&subpath::Subpath {
             pod_dir,
             volume_name: name,
@@ -831,7 +851,7 @@ impl VolumeManager {
             let plugin = projection.plugin();
             let dir = self.volume_dir(uid, plugin, &v.name);
             let d = dir.clone();
-            let memory = plugin.memory_backed();
+            let memory = self.memory_backed(plugin);
             if !blocking(move || Ok(projection_ready(&d, memory)))
                 .await
                 .unwrap_or(false)
