@@ -20,7 +20,9 @@ use minik8s_api::{ApiError, Target, meta};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::watch_cache::{Attrs, CacheHandle, Cached, Delivered, Filter, Start, WatchCache};
+use super::watch_cache::{
+    Attrs, CacheHandle, Cached, Delivered, Filter, Start, WatchCache, count_consistent_read,
+};
 use crate::storage::{DynStore, Event, KeyValue, ListOptions, Revision, StoreError};
 
 /// How long a read for a resourceVersion the store has not reached yet waits before 504.
@@ -461,7 +463,30 @@ impl<S: Strategy> GenericRegistry<S> {
             (ns, _) => ns,
         };
         let filter = self.cache_filter(ns, &q.labels, &q.fields);
-        let (items, resource_version) = self.cache().list(&filter, min_revision).await?;
+        let consistent = rv.is_none() && rv_match.is_none();
+        let (items, resource_version) = match self.cache().list(&filter, min_revision).await {
+            Ok(listed) => {
+                if consistent {
+                    count_consistent_read(self.cache().resource(), true, false);
+                }
+                listed
+            }
+            // A cache that has not caught up with the store in time: a consistent read is
+            // served by the store instead, as upstream's Cacher falls back to etcd (else every
+            // client's relist fails with 504 for as long as the cache lags).
+            Err(_) if consistent => {
+                let out = self.list(ns, q).await;
+                count_consistent_read(self.cache().resource(), out.is_ok(), true);
+                let out = out?;
+                return Ok(ListOutput {
+                    items: out.items.into_iter().map(Cached::new).collect(),
+                    resource_version: out.resource_version,
+                    continue_token: out.continue_token,
+                    remaining: out.remaining,
+                });
+            }
+            Err(e) => return Err(e),
+        };
         Ok(ListOutput {
             items,
             resource_version,

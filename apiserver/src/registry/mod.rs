@@ -6,3 +6,6 @@ pub mod namespaces;
 pub mod services;
 pub mod typed;
 pub mod watch_cache;
+
+#[cfg(test)]
+mod consistent_read_tests;

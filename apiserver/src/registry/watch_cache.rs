@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -44,6 +44,54 @@ const WINDOW_FRESH: Duration = Duration::from_secs(75);
 const WATCHER_BUFFER: usize = 4_096;
 /// How long a read waits for the cache to reach the revision it needs.
 const REVISION_WAIT: Duration = Duration::from_secs(3);
+
+/// Upstream's watch cache metrics, process-wide (the default registry, which `/metrics`
+/// renders after the server's own): how far each cache has got, to compare with
+/// `apiserver_storage_revision`, and how consistent reads were served.
+struct CacheMetrics {
+    resource_version: prometheus::IntGaugeVec,
+    consistent_reads: prometheus::IntCounterVec,
+}
+
+static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| {
+    let resource_version = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "apiserver_watch_cache_resource_version",
+            "Current resource version of the watch cache broken by resource type",
+        ),
+        &["resource"],
+    )
+    .expect("metric");
+    let consistent_reads = prometheus::IntCounterVec::new(
+        prometheus::Opts::new(
+            "apiserver_watch_cache_consistent_read_total",
+            "Counter for consistent reads from cache",
+        ),
+        &["resource", "success", "fallback"],
+    )
+    .expect("metric");
+    // Several servers in one process (tests) share these; the second registration is refused.
+    let registry = prometheus::default_registry();
+    let _ = registry.register(Box::new(resource_version.clone()));
+    let _ = registry.register(Box::new(consistent_reads.clone()));
+    CacheMetrics {
+        resource_version,
+        consistent_reads,
+    }
+});
+
+/// Counts a consistent read of `resource`; `fallback`: served by the store because the
+/// cache had not reached the store's revision in time.
+pub fn count_consistent_read(resource: &str, success: bool, fallback: bool) {
+    METRICS
+        .consistent_reads
+        .with_label_values(&[resource, bool_label(success), bool_label(fallback)])
+        .inc();
+}
+
+fn bool_label(b: bool) -> &'static str {
+    if b { "true" } else { "false" }
+}
 
 /// An object as the cache (or a read from the store) holds it, with its resourceVersion:
 /// its JSON, encoded once and shared by every watcher and list that sends it.
@@ -206,6 +254,10 @@ pub struct WatchCache<S: Strategy> {
     state: Mutex<State<S::Object>>,
     /// The revision reached, for reads that wait for one; 0 until the first list is in.
     reached: watch::Sender<Revision>,
+    /// Upstream's group-resource (`pods`, `deployments.apps`), as metrics label it.
+    resource: String,
+    /// `apiserver_watch_cache_resource_version` of this resource.
+    revision_gauge: prometheus::IntGauge,
 }
 
 /// A watcher's events: `initial` first, then `live`.
@@ -251,6 +303,13 @@ where
         store: DynStore,
         prefix: String,
     ) -> CacheHandle<S> {
+        let info = strategy.info();
+        // Upstream's group-resource: `pods`, `deployments.apps`.
+        let resource = match info.group.as_str() {
+            "" => info.plural.clone(),
+            group => format!("{}.{group}", info.plural),
+        };
+        let revision_gauge = METRICS.resource_version.with_label_values(&[&resource]);
         let cache = Arc::new(WatchCache {
             strategy,
             index,
@@ -265,6 +324,8 @@ where
                 next_id: 0,
             }),
             reached: watch::channel(0).0,
+            resource,
+            revision_gauge,
         });
         // A cache nobody serves from any more (a custom resource no longer served) stops
         // following the store when its handle goes.
@@ -354,7 +415,7 @@ where
             state.watchers.clear();
         }
         // A store without any write yet is at revision 0; the cache is listed all the same.
-        self.reached.send_replace(list.revision.max(1));
+        self.reach(list.revision.max(1));
         let mut events = self.store.watch(&self.prefix, list.revision).await?;
         while let Some(event) = events.next().await {
             self.apply(event?);
@@ -362,8 +423,30 @@ where
         Ok(())
     }
 
+    /// Upstream's group-resource of the cached kind (`pods`, `deployments.apps`).
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Tells readers waiting for a revision (and the metric) that the cache reflects `rev`.
+    fn reach(&self, rev: Revision) {
+        self.reached.send_replace(rev);
+        self.revision_gauge.set(rev);
+    }
+
     fn apply(&self, event: Event) {
         let revision = event.revision();
+        // Decoded before taking the lock: lists and new watchers need not wait for it.
+        let decoded = match &event {
+            Event::Put { kv, .. } => match self.decode(kv, kv.mod_revision) {
+                Ok(entry) => Some(entry),
+                Err(e) => {
+                    tracing::error!(key = %kv.key, error = %e, "corrupt object left out of the watch cache");
+                    return;
+                }
+            },
+            _ => None,
+        };
         let mut state = self.lock();
         let change = match event {
             Event::Progress(rev) => {
@@ -380,17 +463,11 @@ where
                     _ => !w.tx.is_closed(),
                 });
                 drop(state);
-                self.reached.send_replace(rev);
+                self.reach(rev);
                 return;
             }
             Event::Put { kv, .. } => {
-                let object = match self.decode(&kv, kv.mod_revision) {
-                    Ok(entry) => entry,
-                    Err(e) => {
-                        tracing::error!(key = %kv.key, error = %e, "corrupt object left out of the watch cache");
-                        return;
-                    }
-                };
+                let Some(object) = decoded else { return };
                 let prev = state.objects.insert(kv.key.clone(), object.clone());
                 Change {
                     revision,
@@ -451,7 +528,7 @@ where
             }
         });
         drop(state);
-        self.reached.send_replace(revision);
+        self.reach(revision);
     }
 
     /// Waits until the cache reflects `revision` (at most a few seconds); the revision
