@@ -30,7 +30,7 @@ use minik8s_api::selector::Selector;
 
 use crate::informers::Cache;
 use crate::informers::{ByController, Informers};
-use crate::util::controller_ref::{claim, controller_of, controller_ref};
+use crate::util::controller_ref::{claim, controller_ref, owners_of};
 use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
 use crate::util::pods::{is_available, is_ready, phase, pod_from_template};
@@ -84,7 +84,11 @@ pub async fn run(informers: Arc<Informers>) {
     let node_events = node_informer.touched();
     let pod_keys = {
         let sets = sets.clone();
-        pod_events.flat_map(move |pod| stream::iter(sets_of_pod(&sets, &pod)))
+        pod_events.flat_map(move |pod| {
+            stream::iter(owners_of(&sets, pod.as_ref(), |d: &DaemonSet| {
+                d.spec.as_ref().map(|s| &s.selector)
+            }))
+        })
     };
     // A node change may change where every DaemonSet should run.
     let node_keys = {
@@ -103,25 +107,6 @@ pub async fn run(informers: Arc<Informers>) {
         stream::select(pod_keys, node_keys),
     );
     runtime::run("daemonset", sets, queue, reconcile, ctx).await
-}
-
-fn sets_of_pod(sets: &Cache<DaemonSet>, pod: &Pod) -> Vec<ObjectRef<DaemonSet>> {
-    let ns = pod.namespace().unwrap_or_default();
-    match controller_of(pod) {
-        Some(r) if r.kind == "DaemonSet" => vec![ObjectRef::new(&r.name).within(&ns)],
-        Some(_) => vec![],
-        None => sets
-            .state()
-            .iter()
-            .filter(|d| d.metadata.namespace.as_deref() == Some(ns.as_str()))
-            .filter(|d| {
-                let sel = d.spec.as_ref().map(|s| &s.selector);
-                Selector::from_label_selector(sel)
-                    .is_ok_and(|s| !s.is_empty() && s.matches(pod.metadata.labels.as_ref()))
-            })
-            .map(|d| ObjectRef::from_obj(d.as_ref()))
-            .collect(),
-    }
 }
 
 /// The tolerations upstream adds to every daemon pod (`AddOrUpdateDaemonPodTolerations`).

@@ -23,6 +23,7 @@ use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
 use crate::informers::Informers;
+use crate::informers::pod_node;
 use crate::util::pods::is_terminal;
 use crate::util::taints::{self, OUT_OF_SERVICE};
 
@@ -55,14 +56,6 @@ struct Ctx {
     nodes: Cache<Node>,
     /// Nodes seen missing, and since when.
     missing_since: Mutex<HashMap<String, Instant>>,
-}
-
-fn node_name(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()?
-        .node_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
 }
 
 /// Runs the collector until dropped.
@@ -200,7 +193,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let _ = ctx.nodes.wait_until_ready().await;
     let terminating = pod.metadata.deletion_timestamp.is_some();
-    let Some(node) = node_name(&pod) else {
+    let Some(node) = pod_node(&pod) else {
         if terminating {
             tracing::info!("force-deleting a terminating pod that was never scheduled");
             fail_and_delete(&ctx.client, &pod, None).await?;

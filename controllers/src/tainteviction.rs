@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::informers::pod_node;
 use crate::util::events::Recorder;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, Taint};
@@ -39,14 +40,6 @@ struct Ctx {
     scheduled: Mutex<HashMap<String, Instant>>,
 }
 
-fn node_name(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()?
-        .node_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
-}
-
 /// Runs the controller until dropped.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
@@ -55,7 +48,7 @@ pub async fn run(informers: Arc<Informers>) {
     // Only bound pods can be evicted from a node.
     let bound = pod_informer
         .touched()
-        .filter(|p| futures::future::ready(node_name(p).is_some()));
+        .filter(|p| futures::future::ready(pod_node(p).is_some()));
     let controller = Controller::for_shared_stream(bound, pod_informer.store().kube_store());
     let pods = pod_informer.by_node();
     // A change of a node's NoExecute taints reaches the pods bound to it; other node updates
@@ -216,7 +209,7 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         ctx.scheduled.lock().expect("scheduled").remove(&key(&pod));
         return Ok(Action::await_change());
     }
-    let node = node_name(&pod).and_then(|n| ctx.nodes.get(&ObjectRef::new(n)));
+    let node = pod_node(&pod).and_then(|n| ctx.nodes.get(&ObjectRef::new(n)));
     let taints = node.as_deref().map(no_execute_taints).unwrap_or_default();
     if taints.is_empty() {
         cancel(&ctx, &pod).await;

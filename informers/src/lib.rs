@@ -10,9 +10,8 @@
 //! changed, after the cache holds the change: [`Change::Applied`] with the object as the cache
 //! held it before (so "is this pod new to the cache" is answered without a second cache), and
 //! [`Change::Deleted`]. A relist (the start, or a watch that could not resume) is turned into
-//! the changes it makes, as upstream's `Replace`, then [`Change::Synced`]. A subscriber that
-//! falls too far behind gets [`Change::Synced`] instead of what it missed and must look at the
-//! whole cache again.
+//! the changes it makes, as upstream's `Replace`, then [`Change::Synced`]. Each subscriber has a
+//! queue of its own and misses nothing, however slow.
 //!
 //! Objects are cached without their managedFields (upstream's TransformStripManagedFields).
 //!
@@ -36,7 +35,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{mpsc, watch};
 
 /// The controller reference of `obj`, if any.
 pub fn controller_of(obj: &impl Resource) -> Option<&OwnerReference> {
@@ -47,11 +46,38 @@ pub fn controller_of(obj: &impl Resource) -> Option<&OwnerReference> {
         .find(|o| o.controller == Some(true))
 }
 
-/// Changes buffered for subscribers before the slowest is told to resync. The buffer is
-/// allocated whole (48 bytes a slot) for each of the dozen or so informers of a process:
-/// 16 k slots made 12 MiB of an idle server's 63. A subscriber that lags (a relist of
-/// thousands of objects does that on purpose) looks at the whole cache instead.
-const BUFFER: usize = 2048;
+/// Every subscriber's queue of changes, unbounded, as upstream's `processorListener` buffer
+/// grows: a subscriber that is slow for a while catches up instead of rescanning the whole
+/// cache. With one shared buffer of 2,048 changes, a storm at 150,000 pods made subscribers
+/// fall behind hundreds of times a minute, and each time a controller walked every pod.
+struct Subscribers<K>(Arc<Mutex<Vec<mpsc::UnboundedSender<Change<K>>>>>);
+
+impl<K> Clone for Subscribers<K> {
+    fn clone(&self) -> Self {
+        Subscribers(self.0.clone())
+    }
+}
+
+impl<K> Subscribers<K> {
+    fn new() -> Self {
+        Subscribers(Arc::default())
+    }
+
+    fn subscribe(&self) -> mpsc::UnboundedReceiver<Change<K>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.0.lock().expect("subscribers").push(tx);
+        rx
+    }
+
+    /// Queues `change` for every subscriber still there (none yet is fine: they start from
+    /// the cache).
+    fn send(&self, change: Change<K>) {
+        self.0
+            .lock()
+            .expect("subscribers")
+            .retain(|tx| tx.send(change.clone()).is_ok());
+    }
+}
 
 /// A change of the shared cache of one kind.
 #[derive(Debug)]
@@ -63,8 +89,7 @@ pub enum Change<K> {
     },
     /// Gone, as last seen.
     Deleted(Arc<K>),
-    /// The cache holds a complete list (after the first list, a relist, or changes this
-    /// subscriber missed): look at all of it.
+    /// The cache holds a complete list (after the first list or a relist): look at all of it.
     Synced,
 }
 
@@ -138,7 +163,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
 /// The shared cache of one kind and its changes.
 pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
-    changes: broadcast::Sender<Change<K>>,
+    changes: Subscribers<K>,
     by_controller: ByController<K>,
     by_node: Index<K>,
     /// True once the cache holds the first complete list.
@@ -287,14 +312,18 @@ impl<K: Resource<DynamicType = ()>> ByController<K> {
     }
 }
 
-/// The node a pod is bound to (upstream's `NodeNameIndexer`); other kinds have none.
-fn bound_node<K: 'static>(obj: &K) -> Option<String> {
-    let pod = (obj as &dyn Any).downcast_ref::<Pod>()?;
+/// The node `pod` is bound to, if any (an empty `spec.nodeName` is none).
+pub fn pod_node(pod: &Pod) -> Option<&str> {
     pod.spec
         .as_ref()?
         .node_name
-        .clone()
+        .as_deref()
         .filter(|n| !n.is_empty())
+}
+
+/// The index key of upstream's `NodeNameIndexer`: a pod's node; other kinds have none.
+fn bound_node<K: 'static>(obj: &K) -> Option<String> {
+    pod_node((obj as &dyn Any).downcast_ref::<Pod>()?).map(str::to_string)
 }
 
 /// The indexes an informer keeps beside its cache.
@@ -348,7 +377,7 @@ where
     /// Starts the watch into a new cache; it runs until the process ends.
     fn start(api: Api<K>, config: watcher::Config) -> Self {
         let (store, writer) = kube::runtime::reflector::store::<K>();
-        let (changes, _) = broadcast::channel(BUFFER);
+        let changes = Subscribers::new();
         let indexes = Indexes::new();
         let informer = Informer {
             store: store.clone(),
@@ -406,16 +435,7 @@ where
         // Subscribed first: whatever the first list publishes from now on reaches `rx`.
         let listed = *self.ready.borrow();
         let first = stream::iter(listed.then_some(Change::Synced));
-        let rest = stream::unfold(rx, |mut rx| async move {
-            match rx.recv().await {
-                Ok(change) => Some((change, rx)),
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::warn!(missed, kind = %K::kind(&()), "informer subscriber fell behind; resyncing");
-                    Some((Change::Synced, rx))
-                }
-                Err(broadcast::error::RecvError::Closed) => None,
-            }
-        });
+        let rest = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
         first.chain(rest)
     }
 
@@ -472,7 +492,7 @@ where
 struct Applier<K: Resource<DynamicType = ()> + Clone + 'static> {
     writer: Writer<K>,
     store: Store<K>,
-    changes: broadcast::Sender<Change<K>>,
+    changes: Subscribers<K>,
     indexes: Indexes<K>,
 }
 
@@ -481,8 +501,7 @@ where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
     fn publish(&self, change: Change<K>) {
-        // No subscriber yet is fine: they start from the cache.
-        let _ = self.changes.send(change);
+        self.changes.send(change);
     }
 
     fn apply(&mut self, event: watcher::Event<K>) {
@@ -621,12 +640,13 @@ mod tests {
     }
 
     /// An applier of a fresh cache and indexes, and a subscriber to its changes.
-    fn applier<K>() -> (Applier<K>, broadcast::Receiver<Change<K>>)
+    fn applier<K>() -> (Applier<K>, mpsc::UnboundedReceiver<Change<K>>)
     where
         K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
     {
         let (store, writer) = kube::runtime::reflector::store::<K>();
-        let (changes, rx) = broadcast::channel(64);
+        let changes = Subscribers::new();
+        let rx = changes.subscribe();
         let applier = Applier {
             writer,
             store,

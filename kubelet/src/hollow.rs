@@ -16,7 +16,9 @@ use std::time::Duration;
 use crate::config::KubeletConfig;
 use crate::node::Capacity;
 use crate::runtime::fake::FakeRuntime;
-use crate::{KubeletError, RunOptions, run_with};
+use minik8s_informers::Informers;
+
+use crate::{KubeletError, RunOptions, Sources, run_with};
 
 /// Where the "runtime socket" of a hollow kubelet is: nowhere, nothing connects to it.
 const NO_RUNTIME_SOCKET: &str = "/dev/null";
@@ -101,13 +103,18 @@ impl HollowKubelets {
 /// Runs the kubelets, each in its own task, until one fails (to register its node).
 pub async fn run(client: kube::Client, kubelets: HollowKubelets) -> Result<(), KubeletError> {
     let mut tasks = tokio::task::JoinSet::new();
+    // One factory, one selection of pods and one of the Node per kubelet (each kubelet
+    // subscribing to a cache of every pod would wake every kubelet for every pod change).
+    let informers = Informers::new(client.clone());
     for index in 0..kubelets.count {
         let config = kubelets.config(index);
         let runtime = Arc::new(FakeRuntime::hollow());
+        let sources = Sources::own(&informers, &config.node_name);
         tasks.spawn(run_with(
             config,
             client.clone(),
             runtime,
+            sources,
             kubelets.options(),
         ));
     }

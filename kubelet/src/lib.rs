@@ -20,7 +20,11 @@ pub mod volumes;
 
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use minik8s_informers::{Informer, Informers};
 
 pub use config::KubeletConfig;
 pub use node::Capacity;
@@ -54,11 +58,46 @@ pub struct RunOptions {
     pub capacity: Option<Capacity>,
 }
 
+/// Where a kubelet reads its pods and its Node: informers of a process's shared factory
+/// (upstream's SharedInformerFactory), never watches of its own beside them.
+#[derive(Clone)]
+pub struct Sources {
+    pub pods: Informer<Pod>,
+    pub nodes: Informer<Node>,
+}
+
+impl Sources {
+    /// This node's pods and its Node alone, as upstream's kubelet watches them: for a kubelet
+    /// beside no controllers (`minik8s node`, hollow nodes). Several kubelets of one process
+    /// share `informers` and each gets its own selection.
+    pub fn own(informers: &Informers, node: &str) -> Sources {
+        let pods = format!("spec.nodeName={node}");
+        let nodes = format!("metadata.name={node}");
+        Sources {
+            pods: informers.selected(watcher::Config::default().fields(&pods), &pods),
+            nodes: informers.selected(watcher::Config::default().fields(&nodes), &nodes),
+        }
+    }
+
+    /// The process's caches of every pod and Node: the all-in-one server's controllers and
+    /// scheduler hold them anyway, so its kubelet adds no watch (it reads its pods from the
+    /// by-node index).
+    pub fn shared(informers: &Informers) -> Sources {
+        Sources {
+            pods: informers.of(),
+            nodes: informers.of(),
+        }
+    }
+}
+
 /// Runs the kubelet until the process ends: node registration and heartbeats, pod workers.
+/// `shared`: the process's informers when controllers run beside it (else it watches its own
+/// node's pods and Node).
 pub async fn run(
     config: KubeletConfig,
     client: kube::Client,
     cluster_ranges: Vec<String>,
+    shared: Option<Arc<Informers>>,
 ) -> Result<(), KubeletError> {
     let runtime: Arc<dyn Runtime> =
         Arc::new(CriRuntime::connect(&config.container_runtime_endpoint).await?);
@@ -67,7 +106,11 @@ pub async fn run(
         pod_network: Some(cluster_ranges),
         capacity: None,
     };
-    run_with(config, client, runtime, options).await
+    let sources = match shared {
+        Some(informers) => Sources::shared(&informers),
+        None => Sources::own(&Informers::new(client.clone()), &config.node_name),
+    };
+    run_with(config, client, runtime, sources, options).await
 }
 
 /// [`run`] on a runtime already connected (a fake one for hollow nodes), doing only what
@@ -76,6 +119,7 @@ pub async fn run_with(
     config: KubeletConfig,
     client: kube::Client,
     runtime: Arc<dyn Runtime>,
+    sources: Sources,
     options: RunOptions,
 ) -> Result<(), KubeletError> {
     // The API listens before the node registers: its port is what the node advertises.
@@ -104,7 +148,7 @@ pub async fn run_with(
     let node = agent.register().await.map_err(KubeletError::Register)?;
     let network = pod_network(
         config.clone(),
-        client.clone(),
+        sources.nodes.clone(),
         runtime.clone(),
         options.pod_network,
     );
@@ -143,7 +187,11 @@ pub async fn run_with(
         let app = server::router(server::KubeletServer::new(shared.clone()));
         tokio::spawn(server::serve(listener, tls, app));
     }
-    tokio::join!(agent.run(node), pod::manager::run(shared, wakes), network);
+    tokio::join!(
+        agent.run(node, sources.nodes),
+        pod::manager::run(shared, sources.pods, wakes),
+        network
+    );
     Ok(())
 }
 
@@ -154,13 +202,12 @@ pub async fn run_with(
 /// the host is left alone: no bridge, no CNI files, the range only goes to the runtime.
 async fn pod_network(
     config: KubeletConfig,
-    client: kube::Client,
+    nodes: Informer<Node>,
     runtime: Arc<dyn Runtime>,
     cluster_ranges: Option<Vec<String>>,
 ) {
     use futures::StreamExt;
-    use k8s_openapi::api::core::v1::Node;
-    use kube::runtime::{WatchStreamExt, watcher};
+    use minik8s_informers::Change;
 
     let apply = |cidr: &str| -> Result<(), cni::NetError> {
         let Some(cluster_ranges) = &cluster_ranges else {
@@ -177,20 +224,18 @@ async fn pod_network(
     };
     let mut applied: Option<String> = None;
     let mut waiting_logged = false;
-    let nodes = watcher(
-        kube::Api::<Node>::all(client),
-        watcher::Config::default().fields(&format!("metadata.name={}", config.node_name)),
-    )
-    .default_backoff()
-    .applied_objects();
-    let mut nodes = std::pin::pin!(nodes);
-    while let Some(event) = nodes.next().await {
-        let node = match event {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(error = %e, "watching this node failed");
-                continue;
-            }
+    let me = ObjectRef::<Node>::new(&config.node_name);
+    let cache = nodes.store();
+    let mut changes = std::pin::pin!(nodes.changes());
+    while let Some(change) = changes.next().await {
+        // Only this Node's changes (and a full look after a relist) matter.
+        let node = match change {
+            Change::Applied { object, .. } if ObjectRef::from_obj(object.as_ref()) == me => object,
+            Change::Synced => match cache.get(&me) {
+                Some(node) => node,
+                None => continue,
+            },
+            _ => continue,
         };
         let wanted = node
             .spec

@@ -7,7 +7,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
@@ -17,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::WatchStreamExt;
+use minik8s_informers::Informer;
 
 use crate::config::KubeletConfig;
 use crate::runtime::Runtime;
@@ -361,7 +360,7 @@ impl NodeAgent {
     }
 
     /// Heartbeats and status reports until the agent stops.
-    pub async fn run(self: Arc<Self>, mut node: Node) {
+    pub async fn run(self: Arc<Self>, mut node: Node, nodes: Informer<Node>) {
         let uid = node.metadata.uid.clone().unwrap_or_default();
         let lease = {
             let this = self.clone();
@@ -382,17 +381,7 @@ impl NodeAgent {
         // The node as the cluster has it: when the node lifecycle controller marked it Unknown
         // after a gap in heartbeats, the next report sees the difference and posts Ready again
         // rather than waiting out REPORT_FREQUENCY.
-        let (cluster_view, writer) = kube::runtime::reflector::store::<Node>();
-        let watch = kube::runtime::reflector::reflector(
-            writer,
-            kube::runtime::watcher(
-                Api::<Node>::all(self.client.clone()),
-                kube::runtime::watcher::Config::default()
-                    .fields(&format!("metadata.name={}", self.config.node_name)),
-            ),
-        )
-        .default_backoff()
-        .for_each(|_| async {});
+        let cluster_view = nodes.store();
         let status = async move {
             let mut ticker = tokio::time::interval(self.config.node_status_update_frequency);
             let mut last_report = tokio::time::Instant::now() - REPORT_FREQUENCY;
@@ -424,6 +413,6 @@ impl NodeAgent {
                 }
             }
         };
-        tokio::join!(lease, status, watch);
+        tokio::join!(lease, status);
     }
 }

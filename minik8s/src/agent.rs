@@ -4,10 +4,12 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use minik8s_informers::Informers;
 use minik8s_kubelet::containerd::{Containerd, ContainerdConfig};
 use minik8s_kubelet::runtime::{CriRuntime, Runtime};
 
@@ -116,13 +118,15 @@ async fn wait_for_image(runtime: &CriRuntime, image: &str) -> anyhow::Result<()>
 }
 
 /// Starts containerd (unless an endpoint is given), imports `<data-dir>/images/*.tar`, issues
-/// the kubelet's certificate and runs the kubelet in the background.
+/// the kubelet's certificate and runs the kubelet in the background, reading its pods and
+/// Node from `shared` when the process has informers of every pod and Node.
 pub async fn start(
     args: &AgentArgs,
     data_dir: &Path,
     pki: &minik8s_apiserver::pki::Pki,
     api_url: &str,
     service_range: &str,
+    shared: Option<Arc<Informers>>,
 ) -> anyhow::Result<Agent> {
     let name = node_name(args);
     let (socket, cni_dir, containerd) = match &args.container_runtime_endpoint {
@@ -192,7 +196,7 @@ pub async fn start(
     config.cgroup_root = args.cgroup_root.clone();
     let ranges = vec![args.cluster_cidr.clone(), service_range.to_string()];
     tokio::spawn(async move {
-        if let Err(e) = minik8s_kubelet::run(config, client, ranges).await {
+        if let Err(e) = minik8s_kubelet::run(config, client, ranges, shared).await {
             tracing::error!(error = %e, "kubelet stopped");
         }
     });

@@ -319,6 +319,13 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
             let _ = stopped.await;
         },
     ));
+    // One watch and one cache per kind for the whole process: the scheduler, the controllers,
+    // the kubelet, the proxier, DNS and the Ingress proxy. Through the controller-manager's identity (every
+    // authenticated user may read everything; the components write through their own).
+    let informers = minik8s_informers::Informers::new(control::local_client(
+        minik8s_apiserver::router(prepared.server.clone()),
+        control::controller_manager_user(),
+    ));
     let node = if with_agent && !args.agent.disable_agent {
         let url = format!("https://127.0.0.1:{}", prepared.config.secure_port);
         let node_ipam_here = !args.disable_controller_manager
@@ -335,6 +342,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
                 &prepared.pki,
                 &url,
                 &prepared.config.service_cluster_ip_range,
+                Some(informers.clone()),
             )
             .await
             .context("starting the node agent")?,
@@ -342,13 +350,6 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     } else {
         None
     };
-    // One watch and one cache per kind for the whole process: the scheduler, the controllers,
-    // the proxier, DNS and the Ingress proxy. Through the controller-manager's identity (every
-    // authenticated user may read everything; the components write through their own).
-    let informers = minik8s_informers::Informers::new(control::local_client(
-        minik8s_apiserver::router(prepared.server.clone()),
-        control::controller_manager_user(),
-    ));
     let (stop_net, net_stopped) = tokio::sync::watch::channel(false);
     let mut net_tasks = Vec::new();
     if node.is_some() {

@@ -73,6 +73,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         &pki,
         &args.server,
         &args.service_cluster_ip_range,
+        None,
     )
     .await
     .context("starting the node agent")?;

@@ -33,7 +33,7 @@ use minik8s_api::selector::{Selector, SelectorError};
 
 use crate::informers::Cache;
 use crate::informers::{ByController, Change, Informers};
-use crate::util::controller_ref::{claim, controller_of};
+use crate::util::controller_ref::{claim, controller_of, owners_of};
 use crate::util::events::record;
 pub(crate) use crate::util::reconciler::Error;
 use crate::util::reconciler::Reconciler;
@@ -81,7 +81,9 @@ pub async fn run(informers: Arc<Informers>) {
     let (reconcile, error_policy) = Reconciler::new("deployment", sync_deployment).split();
     controller
         .watches_shared_stream(sets.touched(), move |rs: Arc<ReplicaSet>| {
-            deployments_of_rs(&deployments, &rs)
+            owners_of(&deployments, rs.as_ref(), |d: &Deployment| {
+                d.spec.as_ref().map(|s| &s.selector)
+            })
         })
         .watches_shared_stream(pod_deletions, move |pod: Arc<Pod>| {
             deployment_of_pod(&sets_for_pods, &pod)
@@ -93,29 +95,6 @@ pub async fn run(informers: Arc<Informers>) {
 
 fn selector(d: &Deployment) -> Result<Selector, SelectorError> {
     Selector::from_label_selector(d.spec.as_ref().map(|s| &s.selector))
-}
-
-/// Its controller, or for an orphan every Deployment whose selector matches it.
-fn deployments_of_rs(
-    deployments: &Cache<Deployment>,
-    rs: &ReplicaSet,
-) -> Vec<ObjectRef<Deployment>> {
-    let ns = rs.namespace().unwrap_or_default();
-    if let Some(owner) = controller_of(rs) {
-        if owner.kind != "Deployment" {
-            return Vec::new();
-        }
-        return vec![ObjectRef::new(&owner.name).within(&ns)];
-    }
-    deployments
-        .state()
-        .iter()
-        .filter(|d| d.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|d| {
-            selector(d).is_ok_and(|s| !s.is_empty() && s.matches(rs.metadata.labels.as_ref()))
-        })
-        .map(|d| ObjectRef::from_obj(d.as_ref()))
-        .collect()
 }
 
 fn deployment_of_pod(sets: &Cache<ReplicaSet>, pod: &Pod) -> Option<ObjectRef<Deployment>> {

@@ -33,7 +33,9 @@ use minik8s_api::selector::Selector;
 
 use crate::informers::{ByController, Change, Informers};
 use crate::util::clock::{Clock, RealClock};
-use crate::util::controller_ref::{claim_with_finalizers, controller_of, controller_ref};
+use crate::util::controller_ref::{
+    claim_with_finalizers, controller_of, controller_ref, owners_of,
+};
 use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
 use crate::util::pods::{
@@ -139,7 +141,9 @@ pub async fn run_with(informers: Arc<Informers>, options: JobOptions) {
     let pod_keys = {
         let jobs = jobs.clone();
         pod_events.flat_map(move |pod| {
-            let keys = jobs_of_pod(&jobs, &pod);
+            let keys = owners_of(&jobs, pod.as_ref(), |j: &Job| {
+                j.spec.as_ref().and_then(|s| s.selector.as_ref())
+            });
             if has_finalizer(&pod) && is_orphan(&jobs, &pod) {
                 let _ = orphans_tx.unbounded_send(ObjectRef::from_obj(&pod));
             }
@@ -158,27 +162,6 @@ pub async fn run_with(informers: Arc<Informers>, options: JobOptions) {
 
 fn has_finalizer(pod: &Pod) -> bool {
     pod.finalizers().iter().any(|f| f == TRACKING_FINALIZER)
-}
-
-/// The Jobs a pod event concerns: its controller, or for an orphan, every Job of its namespace
-/// whose selector matches it (one of them may adopt it).
-fn jobs_of_pod(jobs: &Cache<Job>, pod: &Pod) -> Vec<ObjectRef<Job>> {
-    let ns = pod.namespace().unwrap_or_default();
-    match controller_of(pod) {
-        Some(r) if r.kind == "Job" => vec![ObjectRef::new(&r.name).within(&ns)],
-        Some(_) => vec![],
-        None => jobs
-            .state()
-            .iter()
-            .filter(|j| j.metadata.namespace.as_deref() == Some(ns.as_str()))
-            .filter(|j| {
-                let selector = j.spec.as_ref().and_then(|s| s.selector.as_ref());
-                Selector::from_label_selector(selector)
-                    .is_ok_and(|s| !s.is_empty() && s.matches(pod.metadata.labels.as_ref()))
-            })
-            .map(|j| ObjectRef::from_obj(j.as_ref()))
-            .collect(),
-    }
 }
 
 /// A pod with the tracking finalizer that no live, unfinished Job controls (upstream's

@@ -24,13 +24,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
 
 use crate::informers::Cache;
 use crate::informers::{ByController, Change, Informers};
-use crate::util::controller_ref::{claim, controller_of, controller_ref};
+use crate::util::controller_ref::{claim, controller_of, controller_ref, owners_of};
 use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
 use crate::util::pods::{is_active, is_available, is_ready, pod_from_template};
@@ -85,7 +84,9 @@ pub async fn run(informers: Arc<Informers>) {
     let (reconcile, error_policy) = Reconciler::new("replicaset", sync).split();
     controller
         .watches_shared_stream(pod_changes, move |pod: Arc<Pod>| {
-            owners_of_pod(&sets_cache, &pod)
+            owners_of(&sets_cache, pod.as_ref(), |rs: &ReplicaSet| {
+                rs.spec.as_ref().map(|s| &s.selector)
+            })
         })
         .run(reconcile, error_policy, ctx)
         .for_each(|_| future::ready(()))
@@ -94,29 +95,6 @@ pub async fn run(informers: Arc<Informers>) {
 
 fn key(rs: &ReplicaSet) -> String {
     format!("{}/{}", rs.namespace().unwrap_or_default(), rs.name_any())
-}
-
-/// The ReplicaSets a pod event concerns: its controller, or for an orphan every ReplicaSet
-/// whose selector matches it (one of them may adopt it).
-fn owners_of_pod(sets: &Cache<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
-    let ns = pod.namespace().unwrap_or_default();
-    if let Some(owner) = controller_of(pod) {
-        if owner.kind != KIND {
-            return Vec::new();
-        }
-        return vec![ObjectRef::new(&owner.name).within(&ns)];
-    }
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Vec::new();
-    }
-    sets.state()
-        .iter()
-        .filter(|rs| rs.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|rs| {
-            rs_selector(rs).is_ok_and(|s| !s.is_empty() && s.matches(pod.metadata.labels.as_ref()))
-        })
-        .map(|rs| ObjectRef::from_obj(rs.as_ref()))
-        .collect()
 }
 
 fn rs_selector(rs: &ReplicaSet) -> Result<Selector, SelectorError> {

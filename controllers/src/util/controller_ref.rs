@@ -10,8 +10,9 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use minik8s_api::selector::Selector;
 use serde::de::DeserializeOwned;
@@ -22,6 +23,50 @@ pub use minik8s_informers::controller_of;
 /// Whether `obj` is controlled by `owner` (by UID).
 pub fn is_controlled_by(obj: &impl Resource, owner: &impl Resource) -> bool {
     controller_of(obj).is_some_and(|r| Some(&r.uid) == owner.meta().uid.as_ref())
+}
+
+/// The owners of kind `K` that a change of `dependent` concerns (upstream's
+/// `resolveControllerRef`, then `getPodReplicaSets` and its kin for orphans): its controller
+/// when that is a `K`; nothing when another kind controls it, or when it is an orphan on its
+/// way out; else every `K` of its namespace whose selector (`selector_of`) matches it, since
+/// one of them may adopt it. Every workload controller maps its dependents through this.
+pub fn owners_of<K, D>(
+    owners: &Store<K>,
+    dependent: &D,
+    selector_of: impl Fn(&K) -> Option<&LabelSelector>,
+) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+    D: Resource,
+{
+    let ns = dependent.meta().namespace.clone().unwrap_or_default();
+    if let Some(owner) = controller_of(dependent) {
+        let same_kind =
+            owner.kind == K::kind(&()) && group_of(&owner.api_version) == K::group(&()).as_ref();
+        return match same_kind {
+            true => vec![ObjectRef::new(&owner.name).within(&ns)],
+            false => Vec::new(),
+        };
+    }
+    if dependent.meta().deletion_timestamp.is_some() {
+        return Vec::new();
+    }
+    let labels = dependent.meta().labels.as_ref();
+    owners
+        .state()
+        .iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(ns.as_str()))
+        .filter(|o| {
+            Selector::from_label_selector(selector_of(o))
+                .is_ok_and(|s| !s.is_empty() && s.matches(labels))
+        })
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}
+
+/// The group of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
 /// A controller reference to `owner`: `controller` and `blockOwnerDeletion` set, as every
@@ -169,5 +214,88 @@ where
         .await
     {
         tracing::debug!(object = %obj.name_any(), error = %e, "releasing");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::{reflector, watcher};
+
+    use super::*;
+
+    fn rs(name: &str, ns: &str, app: &str) -> ReplicaSet {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}")},
+            "spec": {"selector": {"matchLabels": {"app": app}}, "template": {}}
+        }))
+        .unwrap()
+    }
+
+    fn pod(app: &str, owner: Option<(&str, &str, &str)>, deleting: bool) -> Pod {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "a", "labels": {"app": app}}
+        }))
+        .unwrap();
+        if let Some((api_version, kind, name)) = owner {
+            p.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                controller: Some(true),
+                ..Default::default()
+            }]);
+        }
+        if deleting {
+            p.metadata.deletion_timestamp =
+                serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).ok();
+        }
+        p
+    }
+
+    #[test]
+    fn owners_are_the_controller_of_its_kind_or_the_matching_sets_of_an_orphan() {
+        let (store, mut writer) = reflector::store::<ReplicaSet>();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for set in [
+            rs("web", "a", "web"),
+            rs("web2", "a", "web"),
+            rs("db", "a", "db"),
+            rs("web", "b", "web"),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::InitApply(set));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let names = |p: &Pod| {
+            let mut n: Vec<String> = owners_of(&store, p, |s: &ReplicaSet| {
+                s.spec.as_ref().map(|s| &s.selector)
+            })
+            .into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect();
+            n.sort();
+            n
+        };
+        // An orphan: every set of its namespace whose selector matches it.
+        assert_eq!(names(&pod("web", None, false)), ["a/web", "a/web2"]);
+        // ... unless it is on its way out.
+        assert!(names(&pod("web", None, true)).is_empty());
+        // Controlled by a ReplicaSet: that one, even when its labels no longer match.
+        assert_eq!(
+            names(&pod("db", Some(("apps/v1", "ReplicaSet", "web")), false)),
+            ["a/web"]
+        );
+        // Controlled by another kind, or a kind of the same name in another group: none.
+        assert!(names(&pod("web", Some(("batch/v1", "Job", "web")), false)).is_empty());
+        assert!(
+            names(&pod(
+                "web",
+                Some(("example.com/v1", "ReplicaSet", "web")),
+                false
+            ))
+            .is_empty()
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! Dispatching: a watch of this node's pods feeds one worker per pod UID; a periodic listing of
+//! Dispatching: this node's pods, read from the process's informers (its own watch, or the
+//! all-in-one server's cache of every pod), feed one worker per pod UID; a periodic listing of
 //! the runtime (upstream's PLEG relist) wakes the worker of any pod whose containers changed,
 //! and finds what belongs to pods that are gone (deleted while the kubelet was down).
 
@@ -8,9 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::runtime::reflector::{self, Store, reflector};
-use kube::runtime::{WatchStreamExt, watcher};
+use minik8s_informers::{Change, Index, Informer, pod_node};
 use tokio::sync::mpsc;
 
 use super::model::keys;
@@ -21,7 +20,8 @@ const RESYNC: Duration = Duration::from_secs(60);
 
 pub struct PodManager {
     shared: Arc<Shared>,
-    store: Store<Pod>,
+    /// The pods by node: this node's are the ones under its name.
+    pods: Index<Pod>,
     /// Each worker's wake-ups carry when they were asked for (the first one still queued).
     workers: Mutex<HashMap<String, mpsc::Sender<tokio::time::Instant>>>,
 }
@@ -29,10 +29,14 @@ pub struct PodManager {
 impl PodManager {
     /// The pod with this UID in the watch cache.
     fn pod(&self, uid: &str) -> Option<Arc<Pod>> {
-        self.store
-            .state()
+        self.mine()
             .into_iter()
             .find(|p| p.metadata.uid.as_deref() == Some(uid))
+    }
+
+    /// The pods bound to this node.
+    fn mine(&self) -> Vec<Arc<Pod>> {
+        self.pods.get(&self.shared.config.node_name)
     }
 
     /// Wakes (or starts) the worker of a pod.
@@ -140,19 +144,40 @@ impl PodManager {
 
 /// Watches this node's pods and keeps every pod's worker running until the node agent stops.
 /// `wakes` carries pod UIDs whose probe results changed.
-pub async fn run(shared: Arc<Shared>, mut wakes: mpsc::UnboundedReceiver<String>) {
+pub async fn run(
+    shared: Arc<Shared>,
+    pods: Informer<Pod>,
+    mut wakes: mpsc::UnboundedReceiver<String>,
+) {
     let node = shared.config.node_name.clone();
-    let api: Api<Pod> = Api::all(shared.client.clone());
-    let (store, writer) = reflector::store();
+    let store = pods.store();
     let manager = Arc::new(PodManager {
         shared: shared.clone(),
-        store: store.clone(),
+        pods: pods.by_node(),
         workers: Mutex::new(HashMap::new()),
     });
-    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let events = reflector(writer, watcher(api, config))
-        .default_backoff()
-        .touched_objects();
+    // The UIDs of this node's pods that a change concerns: a pod bound here, or one that was
+    // (every pod after a relist, including those whose deletion it found).
+    let events = {
+        let manager = manager.clone();
+        pods.changes().flat_map(move |change| {
+            let here = |p: &Pod| pod_node(p) == Some(node.as_str());
+            let touched: Vec<Arc<Pod>> = match change {
+                Change::Applied { object, previous } => {
+                    let was_here = previous.as_deref().is_some_and(here);
+                    if here(&object) || was_here {
+                        vec![object]
+                    } else {
+                        Vec::new()
+                    }
+                }
+                Change::Deleted(last) if here(&last) => vec![last],
+                Change::Deleted(_) => Vec::new(),
+                Change::Synced => manager.mine(),
+            };
+            futures::stream::iter(touched)
+        })
+    };
     let relist = {
         let manager = manager.clone();
         let period = shared.config.relist_period;
@@ -183,18 +208,11 @@ pub async fn run(shared: Arc<Shared>, mut wakes: mpsc::UnboundedReceiver<String>
     };
     let watch = {
         let manager = manager.clone();
-        events.for_each(move |e| {
-            let manager = manager.clone();
-            async move {
-                match e {
-                    Ok(pod) => {
-                        if let Some(uid) = pod.metadata.uid.as_deref() {
-                            manager.trigger(uid);
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "pod watch failed; retrying"),
-                }
+        events.for_each(move |pod| {
+            if let Some(uid) = pod.metadata.uid.as_deref() {
+                manager.trigger(uid);
             }
+            futures::future::ready(())
         })
     };
     let woken = {
