@@ -4,6 +4,7 @@
 
 pub mod crd;
 pub mod cron;
+pub mod hollow;
 pub mod kinds;
 pub mod meta;
 pub mod patch;

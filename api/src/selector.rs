@@ -370,6 +370,17 @@ impl FieldSelector {
     }
 }
 
+/// Whether an object with `object_labels`, and fields as `field` gives them, is selected by
+/// `labels` and `fields`: the one test the store's lists and the watch cache both apply.
+pub fn selects(
+    labels: &Selector,
+    fields: &FieldSelector,
+    object_labels: Option<&BTreeMap<String, String>>,
+    field: impl Fn(&str) -> Option<String>,
+) -> bool {
+    labels.matches(object_labels) && (fields.is_empty() || fields.matches(field))
+}
+
 fn split_unescaped(s: &str, sep: char) -> Vec<String> {
     let mut parts = vec![String::new()];
     let mut escaped = false;

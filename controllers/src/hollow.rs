@@ -29,11 +29,10 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
-/// Every hollow node carries this label, valued with its name prefix.
-pub const HOLLOW_LABEL: &str = "minik8s.io/hollow";
-pub const EXIT_CODE_ANNOTATION: &str = "hollow.minik8s.io/exit-code";
-pub const RUN_SECONDS_ANNOTATION: &str = "hollow.minik8s.io/run-seconds";
-pub const READY_ANNOTATION: &str = "hollow.minik8s.io/ready";
+pub use minik8s_api::hollow::{
+    EXIT_CODE_ANNOTATION, HOLLOW_LABEL, READY_ANNOTATION, RUN_SECONDS_ANNOTATION,
+};
+use minik8s_api::hollow::{node_address, pod_subnet};
 
 const KUBELET_VERSION: &str = "v1.32.4+minik8s-hollow";
 
@@ -102,16 +101,6 @@ fn node_condition(ty: &str, ok: bool, reason: &str, message: &str) -> NodeCondit
         last_heartbeat_time: Some(now_time()),
         last_transition_time: Some(now_time()),
     }
-}
-
-/// Addresses that exist only as strings: nothing is ever sent to them. Node `i` has
-/// `100.127.i/256.i%256` and pods on it take `100.64.0.0/10` + `i * 256`.
-fn node_address(index: usize) -> Ipv4Addr {
-    Ipv4Addr::new(100, 127, (index / 256) as u8, (index % 256) as u8)
-}
-
-fn pod_subnet(index: usize) -> u32 {
-    u32::from(Ipv4Addr::new(100, 64, 0, 0)) + ((index as u32) << 8)
 }
 
 fn node_status(config: &HollowConfig, index: usize, name: &str) -> NodeStatus {
@@ -192,7 +181,7 @@ impl Hollow {
     /// The pod's address on `node`: the one it has, or a free one.
     fn allocate_ip(&self, index: usize, pod: &Pod) -> String {
         let uid = pod.uid().unwrap_or_default();
-        let base = pod_subnet(index);
+        let base = u32::from(pod_subnet(index));
         let mut ips = self.ips.lock().expect("ip table");
         let used = ips.entry(index).or_default();
         if let Some(existing) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
@@ -332,38 +321,34 @@ async fn register(
     }
 }
 
-/// Renews every node's Lease each interval, spread over it; each write carries the
+/// Renews every node's Lease each interval, as a fleet of kubelets would: each node on a
+/// timer of its own, offset so the renewals spread evenly over the interval, with at most
+/// one renewal of its own in flight. A shared cap on renewals in flight would starve them
+/// when the server is slow: with 5,000 nodes and 32 at a time, a round took longer than the
+/// lease lasts, the node lifecycle controller marked nodes and their pods not Ready, and
+/// the pods' status went back and forth from then on. Each write carries the
 /// resourceVersion of the lease it replaces.
 async fn keep_leases(client: Client, config: HollowConfig, uids: HashMap<String, String>) {
     let api: Api<Lease> = Api::namespaced(client, "kube-node-lease");
-    let mut known: HashMap<String, Lease> = HashMap::new();
-    let mut ticker = tokio::time::interval(config.lease_renew_interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        let renewed: Vec<(String, Option<Lease>)> = futures::stream::iter(uids.clone())
-            .map(|(name, uid)| {
-                let api = api.clone();
-                let previous = known.get(&name).cloned();
-                let duration = config.lease_duration_seconds;
-                async move {
-                    let lease = renew_lease(&api, &name, &uid, duration, previous).await;
-                    if let Err(e) = &lease {
-                        tracing::debug!(node = %name, error = %e, "renewing hollow lease");
-                    }
-                    (name, lease.ok())
+    let step = config.lease_renew_interval / uids.len().max(1) as u32;
+    let start = tokio::time::Instant::now();
+    let renewers = uids.into_iter().enumerate().map(|(i, (name, uid))| {
+        let api = api.clone();
+        let (interval, duration) = (config.lease_renew_interval, config.lease_duration_seconds);
+        async move {
+            let mut ticker = tokio::time::interval_at(start + step * i as u32, interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut known: Option<Lease> = None;
+            loop {
+                ticker.tick().await;
+                match renew_lease(&api, &name, &uid, duration, known.take()).await {
+                    Ok(lease) => known = Some(lease),
+                    Err(e) => tracing::debug!(node = %name, error = %e, "renewing hollow lease"),
                 }
-            })
-            .buffer_unordered(32)
-            .collect()
-            .await;
-        for (name, lease) in renewed {
-            match lease {
-                Some(l) => known.insert(name, l),
-                None => known.remove(&name),
-            };
+            }
         }
-    }
+    });
+    futures::future::join_all(renewers).await;
 }
 
 async fn renew_lease(
@@ -709,17 +694,6 @@ async fn reconcile_pod(pod: Arc<Pod>, hollow: Arc<Hollow>) -> Result<Action, kub
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_do_not_overlap_between_nodes() {
-        assert_eq!(node_address(0).to_string(), "100.127.0.0");
-        assert_eq!(node_address(257).to_string(), "100.127.1.1");
-        assert_eq!(Ipv4Addr::from(pod_subnet(1) + 2).to_string(), "100.64.1.2");
-        assert_eq!(
-            Ipv4Addr::from(pod_subnet(1000) + 2).to_string(),
-            "100.67.232.2"
-        );
-    }
 
     #[test]
     fn only_pods_that_do_not_restart_exit() {

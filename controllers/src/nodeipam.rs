@@ -11,7 +11,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use crate::util::events::Recorder;
 use futures::StreamExt;
@@ -21,8 +20,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::informers::Cache;
-use crate::informers::Informers;
+use crate::informers::{Cache, Change, Informers};
 use crate::util::reconciler::{Error, Reconciler};
 
 /// Upstream records the IPAM events as the node controller.
@@ -215,7 +213,12 @@ pub async fn run(informers: Arc<Informers>, config: NodeIpamConfig) -> Result<()
     let client = informers.client();
     let set = CidrSet::new(&config.cluster_cidr, config.node_cidr_mask_size)?;
     let nodes = informers.of::<Node>();
-    let controller = Controller::for_shared_stream(nodes.touched(), nodes.store().kube_store());
+    // Nodes waiting for a range back off; one that goes away with a range frees it for them.
+    let freed = nodes.changes().filter_map(|change| async move {
+        matches!(&change, Change::Deleted(n) if !pod_cidrs(n).is_empty()).then_some(())
+    });
+    let controller = Controller::for_shared_stream(nodes.touched(), nodes.store().kube_store())
+        .reconcile_all_on(freed);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         set,
@@ -248,9 +251,14 @@ async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let _ = ctx.nodes.wait_until_ready().await;
     let name = node.name_any();
     let Some(index) = ctx.allocate(&name) else {
-        tracing::warn!(cluster = ?ctx.set, "no pod range left for the node");
         ctx.node_event(&node, "CIDRNotAvailable").await;
-        return Ok(Action::requeue(Duration::from_secs(10)));
+        // An error, not a fixed requeue: the retries back off per node, as upstream's
+        // rate-limited queue does, instead of every node trying again every few seconds.
+        return Err(Error::failed(format!(
+            "failed to allocate cidr from cluster cidr {}/{}: CIDR allocation failed; there are no remaining CIDRs left to allocate in the accepted range",
+            Ipv4Addr::from(ctx.set.base),
+            ctx.set.cluster_bits
+        )));
     };
     let cidr = ctx.set.cidr(index);
     let patch = serde_json::json!({

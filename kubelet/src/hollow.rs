@@ -8,7 +8,6 @@
 //! cgroups, no mounts (volumes are plain directories under its own root). Its addresses exist
 //! only as strings, the same as the light hollow nodes': nothing is ever sent to them.
 
-use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,16 +40,11 @@ pub struct HollowKubelets {
     pub status_update_frequency: Duration,
 }
 
-/// Node `index`'s address: `100.127.0.0/16` + index, as the light hollow nodes'.
-pub fn node_address(index: usize) -> Ipv4Addr {
-    Ipv4Addr::new(100, 127, (index / 256) as u8, (index % 256) as u8)
-}
+pub use minik8s_api::hollow::node_address;
 
-/// Node `index`'s pod range when the cluster assigns none: the `index`th /24 of
-/// `100.64.0.0/10`, as the light hollow nodes'.
+/// Node `index`'s pod range when the cluster assigns none, as the light hollow nodes'.
 pub fn pod_subnet(index: usize) -> String {
-    let base = u32::from(Ipv4Addr::new(100, 64, 0, 0)) + ((index as u32) << 8);
-    format!("{}/24", Ipv4Addr::from(base))
+    format!("{}/24", minik8s_api::hollow::pod_subnet(index))
 }
 
 /// A node's capacity from quantities (`4`, `16Gi`), as the light hollow nodes take them: CPUs
@@ -136,8 +130,6 @@ mod tests {
 
     #[test]
     fn addresses_as_the_light_hollow_nodes() {
-        assert_eq!(node_address(0), Ipv4Addr::new(100, 127, 0, 0));
-        assert_eq!(node_address(257), Ipv4Addr::new(100, 127, 1, 1));
         assert_eq!(pod_subnet(0), "100.64.0.0/24");
         assert_eq!(pod_subnet(258), "100.65.2.0/24");
     }

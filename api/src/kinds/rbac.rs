@@ -162,71 +162,47 @@ fn role_ref_unchanged(new: &RoleRef, old: &RoleRef, errs: &mut Errors) {
     }
 }
 
-impl Kind for RoleBinding {
-    const COLUMNS: &'static [Column] = ROLE_BINDING_COLUMNS;
-    const CREATE_ON_UPDATE: bool = true;
+/// RoleBinding and ClusterRoleBinding: one shape, apart from their columns and whether the
+/// role they bind may be a namespaced Role.
+macro_rules! binding_kind {
+    ($kind:ty, $columns:expr, $cluster:expr) => {
+        impl Kind for $kind {
+            const COLUMNS: &'static [Column] = $columns;
+            const CREATE_ON_UPDATE: bool = true;
 
-    fn default_fields(&mut self) {
-        default_role_ref(&mut self.role_ref);
-        default_subjects(self.subjects.as_deref_mut().unwrap_or_default());
-    }
+            fn default_fields(&mut self) {
+                default_role_ref(&mut self.role_ref);
+                default_subjects(self.subjects.as_deref_mut().unwrap_or_default());
+            }
 
-    fn validate(&self, errs: &mut Errors) {
-        validate_binding(
-            &self.role_ref,
-            self.subjects.as_deref().unwrap_or_default(),
-            false,
-            errs,
-        );
-    }
+            fn validate(&self, errs: &mut Errors) {
+                validate_binding(
+                    &self.role_ref,
+                    self.subjects.as_deref().unwrap_or_default(),
+                    $cluster,
+                    errs,
+                );
+            }
 
-    fn validate_update(&self, old: &Self, errs: &mut Errors) {
-        self.validate(errs);
-        role_ref_unchanged(&self.role_ref, &old.role_ref, errs);
-    }
+            fn validate_update(&self, old: &Self, errs: &mut Errors) {
+                self.validate(errs);
+                role_ref_unchanged(&self.role_ref, &old.role_ref, errs);
+            }
 
-    fn row(&self, now: Timestamp) -> Row {
-        Row::new(binding_cells(
-            &self.metadata,
-            &self.role_ref,
-            self.subjects.as_deref(),
-            now,
-        ))
-    }
+            fn row(&self, now: Timestamp) -> Row {
+                Row::new(binding_cells(
+                    &self.metadata,
+                    &self.role_ref,
+                    self.subjects.as_deref(),
+                    now,
+                ))
+            }
+        }
+    };
 }
 
-impl Kind for ClusterRoleBinding {
-    const COLUMNS: &'static [Column] = CLUSTER_ROLE_BINDING_COLUMNS;
-    const CREATE_ON_UPDATE: bool = true;
-
-    fn default_fields(&mut self) {
-        default_role_ref(&mut self.role_ref);
-        default_subjects(self.subjects.as_deref_mut().unwrap_or_default());
-    }
-
-    fn validate(&self, errs: &mut Errors) {
-        validate_binding(
-            &self.role_ref,
-            self.subjects.as_deref().unwrap_or_default(),
-            true,
-            errs,
-        );
-    }
-
-    fn validate_update(&self, old: &Self, errs: &mut Errors) {
-        self.validate(errs);
-        role_ref_unchanged(&self.role_ref, &old.role_ref, errs);
-    }
-
-    fn row(&self, now: Timestamp) -> Row {
-        Row::new(binding_cells(
-            &self.metadata,
-            &self.role_ref,
-            self.subjects.as_deref(),
-            now,
-        ))
-    }
-}
+binding_kind!(RoleBinding, ROLE_BINDING_COLUMNS, false);
+binding_kind!(ClusterRoleBinding, CLUSTER_ROLE_BINDING_COLUMNS, true);
 
 // ---------------------------------------------------------------------------------------------
 // Table printing (upstream's printers, pkg/printers/internalversion).

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Preconditions, Time};
-use minik8s_api::selector::{FieldSelector, Selector};
+use minik8s_api::selector::{FieldSelector, Selector, selects};
 use minik8s_api::strategy::{GcPolicy, Strategy};
 use minik8s_api::validation::{
     FieldError, Path, validate_object_meta, validate_object_meta_update,
@@ -206,8 +206,9 @@ fn object_matches<S: Strategy>(
     labels: &Selector,
     fields: &FieldSelector,
 ) -> bool {
-    labels.matches(strategy.meta(obj).labels.as_ref())
-        && (fields.is_empty() || fields.matches(|f| field_value(strategy, obj, f)))
+    selects(labels, fields, strategy.meta(obj).labels.as_ref(), |f| {
+        field_value(strategy, obj, f)
+    })
 }
 
 pub fn parse_rv(rv: &str) -> Result<Revision, ApiError> {

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use minik8s_api::ApiError;
-use minik8s_api::selector::{FieldSelector, Selector};
+use minik8s_api::selector::{FieldSelector, Selector, selects};
 use minik8s_api::strategy::Strategy;
 use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
@@ -176,14 +176,12 @@ pub struct Attrs {
 
 impl Attrs {
     fn matches(&self, labels: &Selector, fields: &FieldSelector) -> bool {
-        labels.matches(self.labels.as_ref())
-            && (fields.is_empty()
-                || fields.matches(|f| {
-                    self.fields
-                        .iter()
-                        .find(|(name, _)| name == f)
-                        .and_then(|(_, v)| v.clone())
-                }))
+        selects(labels, fields, self.labels.as_ref(), |f| {
+            self.fields
+                .iter()
+                .find(|(name, _)| name == f)
+                .and_then(|(_, v)| v.clone())
+        })
     }
 }
 

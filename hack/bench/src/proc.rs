@@ -43,6 +43,9 @@ impl Server {
             .args(["--bind-address", "127.0.0.1"])
             // The API alone: no node agent competing for the CPU.
             .arg("--disable-agent")
+            // Pod ranges for 16,384 nodes (the default /16 has 256): the scale benchmark's
+            // hollow nodes each get one, as kubemark clusters are sized.
+            .args(["--cluster-cidr", "100.64.0.0/10"])
             // The production default log level, whatever the caller's environment says.
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())

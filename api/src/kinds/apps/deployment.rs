@@ -6,7 +6,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy, RollingUpdateDe
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
-use super::{is_zero, selector_string, validate_int_or_percent, validate_workload};
+use super::{is_zero, scale_view, validate_int_or_percent, validate_workload};
 use crate::kinds::pod::default_template;
 use crate::spec_and_status;
 use crate::strategy::{Kind, ScaleView};
@@ -132,11 +132,11 @@ impl Kind for Deployment {
 
     fn scale(&self) -> Option<ScaleView> {
         let spec = self.spec.as_ref()?;
-        Some(ScaleView {
-            spec_replicas: spec.replicas.unwrap_or(1),
-            status_replicas: self.status.as_ref().and_then(|s| s.replicas).unwrap_or(0),
-            selector: selector_string(Some(&spec.selector)),
-        })
+        Some(scale_view(
+            spec.replicas,
+            self.status.as_ref().and_then(|s| s.replicas),
+            &spec.selector,
+        ))
     }
 
     fn set_replicas(&mut self, replicas: i32) {

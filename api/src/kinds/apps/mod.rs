@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::kinds::pod::validation::validate_template;
 use crate::selector::Selector;
+use crate::strategy::ScaleView;
 use crate::validation::{Errors, FieldError, Path, validate_labels};
 
 /// Rules every apps/v1 workload has: a non-empty selector that matches the template, a
@@ -97,10 +98,20 @@ fn validate_workload(
     }
 }
 
-fn selector_string(sel: Option<&LabelSelector>) -> Option<String> {
-    Selector::from_label_selector(sel)
-        .ok()
-        .map(|s| s.to_string())
+/// The scale subresource's view of a workload: its spec's replicas (1 when unset), the
+/// replicas its status counts, and its selector in query syntax.
+fn scale_view(
+    replicas: Option<i32>,
+    status_replicas: Option<i32>,
+    selector: &LabelSelector,
+) -> ScaleView {
+    ScaleView {
+        spec_replicas: replicas.unwrap_or(1),
+        status_replicas: status_replicas.unwrap_or(0),
+        selector: Selector::from_label_selector(Some(selector))
+            .ok()
+            .map(|s| s.to_string()),
+    }
 }
 
 fn validate_int_or_percent(v: &IntOrString, path: &Path, errs: &mut Errors) {

@@ -4,7 +4,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use serde_json::Value;
 
-use super::{selector_string, validate_workload};
+use super::{scale_view, validate_workload};
 use crate::kinds::pod::default_template;
 use crate::spec_and_status;
 use crate::strategy::{Kind, ScaleView};
@@ -77,11 +77,11 @@ impl Kind for ReplicaSet {
 
     fn scale(&self) -> Option<ScaleView> {
         let spec = self.spec.as_ref()?;
-        Some(ScaleView {
-            spec_replicas: spec.replicas.unwrap_or(1),
-            status_replicas: self.status.as_ref().map(|s| s.replicas).unwrap_or(0),
-            selector: selector_string(Some(&spec.selector)),
-        })
+        Some(scale_view(
+            spec.replicas,
+            self.status.as_ref().map(|s| s.replicas),
+            &spec.selector,
+        ))
     }
 
     fn set_replicas(&mut self, replicas: i32) {

@@ -11,9 +11,7 @@ use super::{FakeRuntime, State};
 use crate::pod::model::keys;
 use crate::runtime::{Result, RuntimeError};
 
-pub const EXIT_CODE_ANNOTATION: &str = "hollow.minik8s.io/exit-code";
-pub const RUN_SECONDS_ANNOTATION: &str = "hollow.minik8s.io/run-seconds";
-pub const READY_ANNOTATION: &str = "hollow.minik8s.io/ready";
+pub use minik8s_api::hollow::{EXIT_CODE_ANNOTATION, READY_ANNOTATION, RUN_SECONDS_ANNOTATION};
 
 /// When and how a hollow container exits on its own; `None`: it runs until stopped.
 fn hollow_exit(
