@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use minik8s_api::ResourceInfo;
 use minik8s_api::strategy::{BuiltIn, Kind};
 
@@ -18,7 +19,7 @@ use crate::handlers::openapi::OpenApi;
 use crate::handlers::resource::{Endpoint, ServeOptions};
 use crate::metrics::Metrics;
 use crate::pki::{Pki, PkiError, ServingNames};
-use crate::registry::generic::{GenericRegistry, ListQuery};
+use crate::registry::generic::{GenericRegistry, ListQuery, Part};
 use crate::registry::services::{ServiceAllocator, ServiceRanges};
 use crate::registry::typed::Registries;
 use crate::storage::{DynStore, EtcdStore, SqliteOptions, SqliteStore, StoreError};
@@ -171,7 +172,38 @@ impl ApiServer {
     /// Creates what every cluster has, if missing: the namespaces and the `kubernetes` Service
     /// with its endpoints. Marks the cluster IPs and node ports stored Services hold first, so
     /// it must run before the server serves.
-    pub async fn bootstrap(&self) -> Result<(), minik8s_api::ApiError> {
+    /// Creates the CRDs this distribution brings (Knative Serving's kinds), or brings their
+    /// spec up to date when an older server stored another; the objects stay.
+    async fn install_crds(
+        &self,
+        crds: &[CustomResourceDefinition],
+    ) -> Result<(), minik8s_api::ApiError> {
+        let registry = self.registry::<CustomResourceDefinition>();
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            match registry.create(None, crd.clone(), false).await {
+                Ok(_) => tracing::info!(crd = %name, "installed"),
+                Err(e) if e.code == 409 => {
+                    let stored = registry.get(None, &name).await?;
+                    if stored.spec != crd.spec {
+                        let mut next = crd.clone();
+                        next.metadata = stored.metadata;
+                        registry
+                            .update(None, &name, next, Part::Main, false)
+                            .await?;
+                        tracing::info!(crd = %name, "updated");
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn bootstrap(
+        &self,
+        crds: &[CustomResourceDefinition],
+    ) -> Result<(), minik8s_api::ApiError> {
         let stored = self
             .registry::<Service>()
             .list(None, &ListQuery::default())
@@ -192,6 +224,7 @@ impl ApiServer {
                 Err(e) => return Err(e),
             }
         }
+        self.install_crds(crds).await?;
         match self.address.parse::<SocketAddr>() {
             Ok(addr) => {
                 crate::registry::services::controlplane::reconcile(
@@ -261,6 +294,8 @@ pub struct Config {
     pub service_node_port_range: String,
     pub compaction_interval: Duration,
     pub serve: ServeOptions,
+    /// CRDs of kinds the distribution brings, installed at start.
+    pub crds: Vec<CustomResourceDefinition>,
 }
 
 impl Config {
@@ -277,6 +312,7 @@ impl Config {
             service_node_port_range: "30000-32767".into(),
             compaction_interval: Duration::from_secs(300),
             serve: ServeOptions::default(),
+            crds: Vec::new(),
         }
     }
 }
@@ -420,7 +456,10 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
             &kubelet_client.cert_pem,
             &kubelet_client.key_pem,
         )?));
-    server.bootstrap().await.map_err(ServerError::Bootstrap)?;
+    server
+        .bootstrap(&config.crds)
+        .await
+        .map_err(ServerError::Bootstrap)?;
     // Serves the custom resources of the stored CRDs before answering, then follows changes.
     crate::crds::start(&server).await?;
     Ok(Prepared {

@@ -240,6 +240,12 @@ pub async fn run_controller_manager(
     Ok(())
 }
 
+pub async fn run_knative(client: ClientArgs, leader_elect: bool) -> anyhow::Result<()> {
+    let informers = minik8s_controllers::informers::Informers::new(client.client().await?);
+    knative_lite::run_elected(informers, leader_elect, crate::shutdown_signal()).await;
+    Ok(())
+}
+
 pub async fn run_scheduler(
     client: ClientArgs,
     leader_elect: bool,

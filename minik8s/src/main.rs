@@ -46,6 +46,14 @@ enum Command {
         #[command(flatten)]
         args: control::ControllerManagerArgs,
     },
+    /// Run knative-lite's controllers (Knative Serving's API) against an API server.
+    Knative {
+        #[command(flatten)]
+        client: control::ClientArgs,
+        /// Take the `knative-serving-controller` Lease before acting.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        leader_elect: bool,
+    },
     /// Assign pending pods to nodes.
     Scheduler {
         #[command(flatten)]
@@ -185,6 +193,10 @@ struct ServerArgs {
     /// `server` only: do not run the scheduler in this process.
     #[arg(long)]
     disable_scheduler: bool,
+    /// `server` only: do not run knative-lite's controllers in this process (its CRDs are
+    /// installed all the same).
+    #[arg(long)]
+    disable_knative: bool,
     #[command(flatten)]
     scheduler: control::SchedulerArgs,
     /// `server` only: do not program iptables for Services beside the node agent.
@@ -271,6 +283,7 @@ impl ServerArgs {
         c.service_cluster_ip_range = self.service_cluster_ip_range.clone();
         c.service_node_port_range = self.service_node_port_range.clone();
         c.compaction_interval = self.etcd_compaction_interval;
+        c.crds = knative_lite::crds();
         c.serve = ServeOptions {
             bookmark_interval: self.watch_bookmark_interval,
             min_request_timeout: self.min_request_timeout,
@@ -455,10 +468,24 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
             },
         ))
     });
+    let (stop_knative, knative_stopped) = tokio::sync::oneshot::channel::<()>();
+    let knative = (with_agent && !args.disable_knative).then(|| {
+        tokio::spawn(knative_lite::run_elected(
+            informers.clone(),
+            args.controller_manager.leader_elect,
+            async {
+                let _ = knative_stopped.await;
+            },
+        ))
+    });
     shutdown_signal().await;
     prepared.server.begin_shutdown();
     let _ = stop_controllers.send(());
     let _ = stop_scheduler.send(());
+    let _ = stop_knative.send(());
+    if let Some(k) = knative {
+        let _ = k.await;
+    }
     if let Some(c) = controllers {
         let _ = c.await;
     }
@@ -569,6 +596,10 @@ fn main() -> anyhow::Result<()> {
                 leader_elect,
                 args,
             } => control::run_scheduler(client, leader_elect, args).await,
+            Command::Knative {
+                client,
+                leader_elect,
+            } => control::run_knative(client, leader_elect).await,
             Command::HollowNodes(args) => control::run_hollow(args).await,
             Command::Node(args) => node::run(args).await,
             Command::Proxy(args) => net::run_proxy(args).await,

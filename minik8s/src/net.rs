@@ -196,12 +196,13 @@ pub async fn run_ingress(args: IngressArgs) -> anyhow::Result<()> {
     } else {
         args.publish_address.clone()
     };
+    let informers = Informers::new(client.clone());
     let config = minik8s_proxy::ingress::IngressConfig {
         bind: args.bind,
         addresses,
         publish_node_addresses: false,
+        hosts: Some(knative_hosts(&informers)),
     };
-    let informers = Informers::new(client.clone());
     minik8s_proxy::ingress::run(client, &informers, config, crate::shutdown_signal()).await?;
     Ok(())
 }
@@ -229,6 +230,13 @@ pub fn kube_dns(
     })
 }
 
+/// Knative Routes' hosts for the Ingress proxy, their table kept current in the background.
+fn knative_hosts(informers: &Arc<Informers>) -> Arc<dyn minik8s_proxy::ingress::HostRoutes> {
+    let router = Arc::new(knative_lite::router::Router::default());
+    tokio::spawn(knative_lite::router::run(router.clone(), informers.clone()));
+    router
+}
+
 /// Starts the Ingress proxy in the background (the node half of `server` and `node`), after
 /// making sure the `minik8s` IngressClass exists. Every node serves every Ingress, so the
 /// Ingresses' status lists the InternalIPs of all nodes (this node's address until a node
@@ -251,6 +259,7 @@ pub fn spawn_ingress(
             bind,
             addresses: vec![node_ip],
             publish_node_addresses: true,
+            hosts: Some(knative_hosts(&informers)),
         };
         if let Err(e) = minik8s_proxy::ingress::run(client, &informers, config, shutdown).await {
             tracing::warn!(error = %e, "the Ingress proxy is not running");

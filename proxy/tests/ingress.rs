@@ -132,6 +132,7 @@ async fn routes_requests_to_ready_endpoints() -> anyhow::Result<()> {
         bind,
         addresses: vec!["127.0.0.1".parse()?],
         publish_node_addresses: false,
+        hosts: None,
     };
     let informers = minik8s_informers::Informers::new(client.clone());
     let ingress_client = client.clone();
@@ -259,6 +260,7 @@ async fn every_node_publishes_all_node_addresses() -> anyhow::Result<()> {
             bind: format!("127.0.0.1:{}", testkit::free_port()).parse()?,
             addresses: vec![own.parse()?],
             publish_node_addresses: true,
+            hosts: None,
         };
         // Two nodes: each with the informers of its own process.
         let informers = minik8s_informers::Informers::new(client.clone());

@@ -111,7 +111,9 @@ fn parse_segments(mut s: &str) -> Result<Vec<Segment>, String> {
                 .and_then(|r| r.strip_suffix('\''))
                 .or_else(|| inner.strip_prefix('"').and_then(|r| r.strip_suffix('"')))
             {
-                out.push(Segment::Field(q.to_string()));
+                // `['serving\.knative\.dev/revision']`, as Knative's printer columns
+                // write label keys: an escaped character stands for itself.
+                out.push(Segment::Field(unescape(q)));
             } else if let Ok(i) = inner.parse::<i64>() {
                 out.push(Segment::Index(i));
             } else {
@@ -122,6 +124,19 @@ fn parse_segments(mut s: &str) -> Result<Vec<Segment>, String> {
         }
     }
     Ok(out)
+}
+
+/// `q` with each backslash escape replaced by the character it escapes.
+fn unescape(q: &str) -> String {
+    let mut out = String::with_capacity(q.len());
+    let mut chars = q.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn compare(v: &Value, op: &str, lit: &Literal) -> bool {
@@ -272,6 +287,10 @@ mod tests {
         assert_eq!(get(".spec.tags[-1]"), Some(json!("b")));
         assert_eq!(
             get(".metadata.labels['app.kubernetes.io/name']"),
+            Some(json!("web"))
+        );
+        assert_eq!(
+            get(r".metadata.labels['app\.kubernetes\.io/name']"),
             Some(json!("web"))
         );
         assert_eq!(

@@ -58,7 +58,7 @@ async fn restarted(api: &InProcess, cidr: &str, ports: &str) -> InProcess {
         options,
         "127.0.0.1:6443".into(),
     );
-    server.bootstrap().await.unwrap();
+    server.bootstrap(&[]).await.unwrap();
     InProcess::from_server(server)
 }
 

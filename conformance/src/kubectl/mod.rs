@@ -24,6 +24,7 @@ use crate::Env;
 use crate::support::{self, CaseFn, contains, eventually, gone};
 
 mod applets;
+mod knative;
 mod nonresource;
 
 /// One kubectl binary of the matrix.
@@ -126,6 +127,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "crd-bad-schema" => crd_bad_schema,
     "raw-paths" => nonresource::raw_paths,
     "busybox-applets" => applets::busybox_applets,
+    "knative-service" => knative::knative_service,
 };
 
 /// Runs the selected cases with one binary, in a namespace of its own.

@@ -41,6 +41,7 @@ type Body = Either<Incoming, Full<Bytes>>;
 /// The proxy: the current table and a pooled HTTP client.
 pub struct Proxy {
     routes: RwLock<Arc<Routes>>,
+    hosts: Option<Arc<dyn HostRoutes>>,
     client: HttpClient<HttpConnector, Incoming>,
 }
 
@@ -56,8 +57,14 @@ fn plain(status: StatusCode, text: &str) -> Response<Body> {
 
 impl Proxy {
     pub fn new(routes: Routes) -> Arc<Proxy> {
+        Self::with_hosts(routes, None)
+    }
+
+    /// A proxy that asks `hosts` first.
+    pub fn with_hosts(routes: Routes, hosts: Option<Arc<dyn HostRoutes>>) -> Arc<Proxy> {
         Arc::new(Proxy {
             routes: RwLock::new(Arc::new(routes)),
+            hosts,
             client: HttpClient::builder(TokioExecutor::new()).build_http(),
         })
     }
@@ -73,6 +80,25 @@ impl Proxy {
             .clone()
     }
 
+    /// The endpoint the Ingress rules pick for `host` and `path`, or the status and text
+    /// that say why there is none.
+    fn route_ingress(
+        &self,
+        routes: &Routes,
+        host: &str,
+        path: &str,
+    ) -> Result<SocketAddr, (StatusCode, String)> {
+        match routes.route(host, path) {
+            Routed::NoMatch => Err((StatusCode::NOT_FOUND, "default backend - 404".into())),
+            Routed::Backend(b) => b.pick().ok_or_else(|| {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("no endpoints for {}", b.service),
+                )
+            }),
+        }
+    }
+
     /// Forwards one request: 404 when no rule matches, 503 when the backend has no ready
     /// endpoint, 502 when the endpoint fails.
     pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
@@ -84,16 +110,16 @@ impl Proxy {
             .or_else(|| req.uri().authority().map(|a| a.to_string()))
             .unwrap_or_default();
         let routes = self.routes();
-        let endpoint = match routes.route(&host, req.uri().path()) {
-            Routed::NoMatch => return plain(StatusCode::NOT_FOUND, "default backend - 404"),
-            Routed::Backend(b) => match b.pick() {
-                Some(e) => e,
-                None => {
-                    return plain(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        &format!("no endpoints for {}", b.service),
-                    );
-                }
+        let picked = self
+            .hosts
+            .as_ref()
+            .and_then(|h| h.pick(&routes::bare_host(&host)));
+        let endpoint = match picked {
+            Some(Ok(endpoint)) => endpoint,
+            Some(Err(why)) => return plain(StatusCode::SERVICE_UNAVAILABLE, &why),
+            None => match self.route_ingress(&routes, &host, req.uri().path()) {
+                Ok(endpoint) => endpoint,
+                Err((status, why)) => return plain(status, &why),
             },
         };
         let path = req
@@ -157,6 +183,14 @@ impl Proxy {
 }
 
 /// What the Ingress proxy needs to run.
+/// Hosts routed by another component (knative-lite's Routes), asked before the Ingress
+/// rules: such hosts are that component's own.
+pub trait HostRoutes: Send + Sync + std::fmt::Debug {
+    /// `None`: not one of its hosts; `Some(Ok(addr))`: send the request there;
+    /// `Some(Err(why))`: its host, with nowhere to send it now (503).
+    fn pick(&self, host: &str) -> Option<Result<SocketAddr, String>>;
+}
+
 #[derive(Clone, Debug)]
 pub struct IngressConfig {
     pub bind: SocketAddr,
@@ -166,6 +200,8 @@ pub struct IngressConfig {
     /// Publish the InternalIPs of every node instead (every node runs this proxy), so that
     /// the proxies of all nodes want the same status and do not overwrite each other's.
     pub publish_node_addresses: bool,
+    /// Hosts served ahead of the Ingresses.
+    pub hosts: Option<Arc<dyn HostRoutes>>,
 }
 
 /// Nodes with this label are hollow (no containers, no Ingress proxy): not published.
@@ -255,7 +291,7 @@ pub async fn run(
     let nodes = config
         .publish_node_addresses
         .then(|| poke_on_change(&informers.of::<Node>(), &caches.changed));
-    let proxy = Proxy::new(Routes::default());
+    let proxy = Proxy::with_hosts(Routes::default(), config.hosts.clone());
     let updater = {
         let proxy = proxy.clone();
         tokio::spawn(async move {

@@ -130,6 +130,18 @@ fn best<'r>(routes: &'r [Route], path: &str) -> Option<&'r Route> {
         })
 }
 
+/// A Host header without its port, lowercase.
+pub fn bare_host(host: &str) -> String {
+    let host = host.rsplit_once(':').map_or(host, |(h, p)| {
+        if p.chars().all(|c| c.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
+    host.to_lowercase()
+}
+
 impl Routes {
     /// Builds the table from the Ingresses we serve (in creation order, so the oldest
     /// Ingress's defaultBackend wins) and resolves backends to endpoints.
@@ -234,14 +246,7 @@ impl Routes {
 
     /// Routes a request for `host` (a Host header: the port is ignored) and `path`.
     pub fn route(&self, host: &str, path: &str) -> Routed<'_> {
-        let host = host.rsplit_once(':').map_or(host, |(h, p)| {
-            if p.chars().all(|c| c.is_ascii_digit()) {
-                h
-            } else {
-                host
-            }
-        });
-        let host = host.to_lowercase();
+        let host = bare_host(host);
         let exact = self.hosts.get(&host);
         let wildcard = host
             .split_once('.')

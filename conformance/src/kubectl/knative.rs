@@ -1,0 +1,122 @@
+//! Knative Serving's API as its users drive it with kubectl: a Service from a manifest, `kubectl
+//! wait ksvc/NAME --for=condition=Ready`, and `kubectl get ksvc` / `revisions` with Knative's
+//! columns. The Service runs busybox's web server on `$PORT`, on the cluster's real kubelet.
+
+use anyhow::ensure;
+
+use super::Ctx;
+
+const SERVICE: &str = r#"apiVersion: serving.knative.dev/v1
+kind: Service
+metadata:
+  name: kn-hello
+spec:
+  template:
+    spec:
+      containers:
+        - image: busybox:1.36
+          command: ["sh", "-c", "echo hello > /tmp/index.html && exec httpd -f -p $PORT -h /tmp"]
+"#;
+
+pub async fn knative_service(c: &Ctx) -> anyhow::Result<()> {
+    let _ = c
+        .run(&["delete", "ksvc", "kn-hello", "--ignore-not-found", "--wait"])
+        .await;
+    let file = c.write("kn-hello.yaml", SERVICE)?;
+    let out = c.ok(&["apply", "-f", &file]).await?;
+    ensure!(
+        out == "service.serving.knative.dev/kn-hello created\n",
+        "{out:?}"
+    );
+    let out = c
+        .ok(&[
+            "wait",
+            "ksvc/kn-hello",
+            "--for=condition=Ready",
+            "--timeout=90s",
+        ])
+        .await?;
+    ensure!(
+        out == "service.serving.knative.dev/kn-hello condition met\n",
+        "{out:?}"
+    );
+    let out = c.ok(&["get", "ksvc", "kn-hello"]).await?;
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header
+            == [
+                "NAME",
+                "URL",
+                "LATESTCREATED",
+                "LATESTREADY",
+                "READY",
+                "REASON"
+            ],
+        "{out}"
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        row.len() >= 5
+            && row[0] == "kn-hello"
+            && row[1] == format!("http://kn-hello.{}.example.com", c.ns)
+            && row[2] == "kn-hello-00001"
+            && row[3] == "kn-hello-00001"
+            && row[4] == "True",
+        "{out}"
+    );
+    let out = c.ok(&["get", "revisions"]).await?;
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header
+            == [
+                "NAME",
+                "CONFIG",
+                "NAME",
+                "GENERATION",
+                "READY",
+                "REASON",
+                "ACTUAL",
+                "REPLICAS",
+                "DESIRED",
+                "REPLICAS"
+            ],
+        "{out}"
+    );
+    ensure!(
+        out.lines().any(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            cells[..] == ["kn-hello-00001", "kn-hello", "1", "True", "1", "1"]
+        }),
+        "{out}"
+    );
+    // The Route's host answers on the node's port 80, as any Knative ingress would.
+    super::ingress_answers(&format!("kn-hello.{}.example.com", c.ns), "/", 200, "hello").await?;
+    // Revision pods carry Knative's labels, so selectors written for Knative work.
+    let out = c
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "serving.knative.dev/service=kn-hello",
+            "-o",
+            "jsonpath={.items[*].metadata.labels.serving\\.knative\\.dev/revision}",
+        ])
+        .await?;
+    ensure!(out == "kn-hello-00001", "{out:?}");
+    c.ok(&["delete", "ksvc", "kn-hello", "--wait"]).await?;
+    Ok(())
+}
