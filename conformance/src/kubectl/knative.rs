@@ -1,6 +1,7 @@
 //! Knative Serving's API as its users drive it with kubectl: a Service from a manifest, `kubectl
-//! wait ksvc/NAME --for=condition=Ready`, and `kubectl get ksvc` / `revisions` with Knative's
-//! columns. The Service runs busybox's web server on `$PORT`, on the cluster's real kubelet.
+//! wait ksvc/NAME --for=condition=Ready`, `kubectl get ksvc` / `revisions` with Knative's
+//! columns, its host on the node's port 80, and a tagged second revision taking 20 % of the
+//! traffic. The Service runs busybox's web server on `$PORT`, on the cluster's real kubelet.
 
 use anyhow::ensure;
 
@@ -105,6 +106,27 @@ pub async fn knative_service(c: &Ctx) -> anyhow::Result<()> {
     );
     // The Route's host answers on the node's port 80, as any Knative ingress would.
     super::ingress_answers(&format!("kn-hello.{}.example.com", c.ns), "/", 200, "hello").await?;
+    // A second revision under a tag, and 80/20 between the two: within ±10 % over 500.
+    let patch = r#"{"spec": {"template": {"spec": {"containers": [{"image": "busybox:1.36",
+        "command": ["sh", "-c", "echo v2 > /tmp/index.html && exec httpd -f -p $PORT -h /tmp"]}]}},
+        "traffic": [{"revisionName": "kn-hello-00001", "percent": 80},
+                    {"latestRevision": true, "percent": 20, "tag": "latest"}]}}"#;
+    c.ok(&["patch", "ksvc", "kn-hello", "--type", "merge", "-p", patch])
+        .await?;
+    let host = format!("kn-hello.{}.example.com", c.ns);
+    super::ingress_answers(&format!("latest-{host}"), "/", 200, "v2").await?;
+    let (mut first, mut second) = (0, 0);
+    for _ in 0..500 {
+        match super::ingress_get(&host, "/").await? {
+            (200, body) if body == "hello" => first += 1,
+            (200, body) if body == "v2" => second += 1,
+            other => anyhow::bail!("GET {host}: {other:?}"),
+        }
+    }
+    ensure!(
+        (350..=450).contains(&first) && first + second == 500,
+        "80/20 split over 500 requests gave {first}/{second}"
+    );
     // Revision pods carry Knative's labels, so selectors written for Knative work.
     let out = c
         .ok(&[
@@ -116,7 +138,7 @@ pub async fn knative_service(c: &Ctx) -> anyhow::Result<()> {
             "jsonpath={.items[*].metadata.labels.serving\\.knative\\.dev/revision}",
         ])
         .await?;
-    ensure!(out == "kn-hello-00001", "{out:?}");
+    ensure!(out == "kn-hello-00001 kn-hello-00002", "{out:?}");
     c.ok(&["delete", "ksvc", "kn-hello", "--wait"]).await?;
     Ok(())
 }
