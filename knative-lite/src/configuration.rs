@@ -13,7 +13,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use minik8s_controllers::informers::{Cache, Informers};
-use minik8s_controllers::util::controller_ref::{controller_ref, owners_of};
+use minik8s_controllers::util::controller_ref::{controller_ref, is_controlled_by, owners_of};
 use minik8s_controllers::util::reconciler::{Error, Reconciler};
 
 use crate::conditions::{self, CONFIGURATION, READY};
@@ -92,13 +92,7 @@ async fn reconcile(config: Arc<Configuration>, ctx: Arc<Ctx>) -> Result<Action, 
     let mut status = config.status.clone().unwrap_or_default();
     let conds = &mut status.status.conditions;
     CONFIGURATION.initialize(conds);
-    if !rev
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| Some(&o.uid) == config.uid().as_ref())
-    {
+    if !is_controlled_by(rev.as_ref(), config.as_ref()) {
         CONFIGURATION.mark_false(
             conds,
             READY,

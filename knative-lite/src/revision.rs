@@ -16,7 +16,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use minik8s_controllers::informers::{Cache, Informers};
-use minik8s_controllers::util::controller_ref::{controller_ref, owners_of};
+use minik8s_controllers::util::controller_ref::{controller_ref, is_controlled_by, owners_of};
 use minik8s_controllers::util::reconciler::{Error, Reconciler};
 
 use crate::conditions::{self, REVISION};
@@ -188,13 +188,7 @@ async fn reconcile(rev: Arc<Revision>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
     let key = ObjectRef::new(&deployment_name(&name)).within(&ns);
     let deployment = match ctx.deployments.get(&key) {
-        Some(d)
-            if d.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| Some(&o.uid) == rev.uid().as_ref()) =>
-        {
+        Some(d) if is_controlled_by(d.as_ref(), rev.as_ref()) => {
             update_deployment(&deployments, &rev, &d).await?
         }
         Some(_) => {

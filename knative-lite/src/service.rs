@@ -109,8 +109,6 @@ where
 async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let ns = svc.namespace().unwrap_or_default();
     let name = svc.name_any();
-    let key = |n: &str| (n.to_string(), ns.clone());
-    let (config_key, route_key) = (key(&name), key(&name));
 
     let mut desired_config = Configuration::new(
         &name,
@@ -122,8 +120,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let config = ensure(
         &Api::namespaced(ctx.client.clone(), &ns),
         &svc,
-        ctx.configs
-            .get(&ObjectRef::new(&config_key.0).within(&config_key.1)),
+        ctx.configs.get(&ObjectRef::new(&name).within(&ns)),
         desired_config,
         |a, b| a.spec == b.spec && a.labels() == b.labels(),
     )
@@ -138,8 +135,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let route = ensure(
         &Api::namespaced(ctx.client.clone(), &ns),
         &svc,
-        ctx.routes
-            .get(&ObjectRef::new(&route_key.0).within(&route_key.1)),
+        ctx.routes.get(&ObjectRef::new(&name).within(&ns)),
         desired_route,
         |a, b| a.spec == b.spec && a.labels() == b.labels(),
     )

@@ -4,19 +4,20 @@
 //! the traffic, a split and a tag show in the Route, and deleting the Service removes all
 //! that it made.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use knative_lite::conditions::{self, READY};
 use knative_lite::serving::{Configuration, Revision, Route, Service, labels};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use minik8s_controllers::hollow::{self, HollowConfig};
 use minik8s_controllers::informers::Informers;
 use minik8s_controllers::manager::{ControllerManagerOptions, run_controllers};
 use minik8s_controllers::scheduler::{self, SchedulerOptions};
-use testkit::{Backend, InProcess};
+use testkit::{Backend, InProcess, eventually};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -37,21 +38,6 @@ spec:
             - name: TARGET
               value: "World"
 "#;
-
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn ready(conds: &[knative_lite::serving::Condition]) -> bool {
     conditions::is_true(conds, READY)
@@ -96,13 +82,26 @@ async fn start() -> anyhow::Result<(InProcess, Client, Vec<tokio::task::JoinHand
 }
 
 async fn ready_service(services: &Api<Service>, generation: i64) -> Service {
-    eventually("the Service Ready", || async {
-        let s = services.get("hello").await.ok()?;
-        let st = s.status.clone()?;
-        (st.status.observed_generation == Some(generation) && ready(&st.status.conditions))
-            .then_some(s)
+    service_when(services, "the Service Ready", move |s| {
+        s.status.as_ref().is_some_and(|st| {
+            st.status.observed_generation == Some(generation) && ready(&st.status.conditions)
+        })
     })
     .await
+}
+
+/// Waits on a watch of the Service until `done` holds for it.
+async fn service_when(
+    services: &Api<Service>,
+    what: &str,
+    done: impl Fn(&Service) -> bool,
+) -> Service {
+    let cond = move |s: Option<&Service>| s.is_some_and(&done);
+    let found = tokio::time::timeout(WAIT, await_condition(services.clone(), "hello", cond))
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {WAIT:?} waiting for {what}"))
+        .unwrap_or_else(|e| panic!("watching for {what}: {e}"));
+    found.unwrap_or_else(|| panic!("the Service is gone while waiting for {what}"))
 }
 
 #[tokio::test]
@@ -232,14 +231,17 @@ async fn service_from_knatives_docs() -> anyhow::Result<()> {
     services
         .patch("hello", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    let reason = eventually("RevisionMissing", || async {
-        let s = services.get("hello").await.ok()?.status?;
-        let c = conditions::get(&s.status.conditions, READY)?;
-        (s.status.observed_generation == Some(4) && c.status == "False")
-            .then(|| c.reason.clone())
-            .flatten()
+    let svc = service_when(&services, "RevisionMissing", |s| {
+        s.status.as_ref().is_some_and(|st| {
+            st.status.observed_generation == Some(4)
+                && conditions::status(&st.status.conditions, READY) == "False"
+        })
     })
     .await;
+    let status = svc.status.unwrap_or_default();
+    let reason = conditions::get(&status.status.conditions, READY)
+        .and_then(|c| c.reason.clone())
+        .unwrap_or_default();
     assert_eq!(reason, "RevisionMissing");
 
     // Deleting the Service removes what it made, down to the pods.
@@ -249,7 +251,7 @@ async fn service_from_knatives_docs() -> anyhow::Result<()> {
     let configs: Api<Configuration> = Api::namespaced(client.clone(), "default");
     let routes: Api<Route> = Api::namespaced(client.clone(), "default");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    eventually("everything gone", || async {
+    eventually(WAIT, "everything gone", || async {
         let none = configs
             .list(&ListParams::default())
             .await
