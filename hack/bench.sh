@@ -12,6 +12,10 @@
 #                                 are Running, API latency during the storm, server RSS.
 #   hack/bench.sh watchers [ARGS...] 1,000 watches of pods (10 namespaces, 30,000 pods) while
 #                                 pods churn: server memory per watcher, delivery p50/p99.
+#   hack/bench.sh functions [ARGS...] knative-lite on the running cluster (hack/up.sh starts one
+#                                 if none answers): cold starts of a Function (pool) and of a
+#                                 Knative Service, the router's added latency and throughput
+#                                 against the pod itself, a 0 -> 200 clients step, back to zero.
 #   hack/bench.sh proxy [ARGS...] The proxier (iptables; --mode nftables) with 1k and 10k Services
 #                                 in a network namespace it creates: render and restore time,
 #                                 ruleset size, API write to rule in the kernel for one change.
@@ -20,7 +24,7 @@ source "$(dirname "$0")/lib.sh"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 build_release() {
@@ -54,6 +58,16 @@ case "$cmd" in
     build_release minik8s minik8s-bench
     log "running the watchers benchmark (a few minutes)"
     "$TARGET_DIR/release/minik8s-bench" watchers --server-bin "$TARGET_DIR/release/minik8s" "$@"
+    ;;
+  functions)
+    install_packages
+    PORT="${MINIK8S_PORT:-6443}"
+    if ! curl -skf "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then
+      "$REPO_ROOT/hack/up.sh"
+    fi
+    build_release minik8s-bench
+    log "running the functions benchmark (a few minutes)"
+    "$TARGET_DIR/release/minik8s-bench" functions --kubeconfig "$DATA_DIR/admin.kubeconfig" "$@"
     ;;
   proxy)
     build_release minik8s-bench

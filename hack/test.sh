@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test: first that this machine has no package a fresh one set up by hack/lib.sh would
 # lack, then unit and integration tests of the workspace (they start their own etcd and
-# servers), then the conformance suite against a fresh cluster from hack/up.sh, then the
-# cross-node checks on a 3-node cluster, once per proxy mode.
+# servers), then the conformance suite against a fresh cluster from hack/up.sh, functions
+# across a restart of that cluster's server, then the cross-node checks on a 3-node
+# cluster, once per proxy mode.
 source "$(dirname "$0")/lib.sh"
 
 install_packages
@@ -27,6 +28,8 @@ export MINIK8S_DNS_RESOLV_CONF=/dev/null
 trap '"$REPO_ROOT/hack/down.sh" >/dev/null 2>&1; rm -rf "$MINIK8S_DATA_DIR"' EXIT
 "$REPO_ROOT/hack/up.sh"
 "$REPO_ROOT/hack/conformance.sh"
+log "functions across a restart of the server"
+"$REPO_ROOT/hack/e2e-functions.sh"
 # One cluster at a time: the multi-node cluster's host node uses the same pod range.
 "$REPO_ROOT/hack/down.sh" >/dev/null 2>&1 || true
 log "cross-node networking against a fresh 3-node cluster"

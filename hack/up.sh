@@ -26,6 +26,10 @@ if [[ -z "${MINIK8S_BIN:-}" ]]; then
   cargo build --release --manifest-path "$REPO_ROOT/Cargo.toml" -p minik8s
 fi
 BIN="${MINIK8S_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s}"
+# `kubectl fn` (functions from source) is a kubectl plugin: a kubectl-fn on the PATH.
+if [[ -x "$(dirname "$BIN")/kubectl-fn" ]]; then
+  install -m 755 "$(dirname "$BIN")/kubectl-fn" /usr/local/bin/kubectl-fn
+fi
 
 mkdir -p "$DATA_DIR"
 # Images are built from files on this machine, once; the node imports them when it starts.

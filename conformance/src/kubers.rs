@@ -81,12 +81,7 @@ pub async fn run(env: &Arc<Env>) {
         ns,
     };
     if let Err(e) = support::create_namespace(&ctx.client, &ctx.ns).await {
-        for (case, _) in CASES {
-            let name = format!("kube-rs/{case}");
-            if env.selection.wants(&name) {
-                env.report.fail(&name, &format!("suite set-up: {e:#}"));
-            }
-        }
+        support::fail_set_up("kube-rs", CASES, &env.selection, &env.report, &e);
         return;
     }
     support::run_cases(

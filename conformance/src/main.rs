@@ -6,6 +6,7 @@
 //! case and removed after its last (finalized through `/finalize` if nothing else empties it).
 
 mod incluster;
+mod knative;
 mod kubectl;
 mod kubers;
 mod python;
@@ -76,6 +77,7 @@ pub enum Suite {
     Kubectl(kubectl::Binary),
     KubeRs,
     Python,
+    Knative,
 }
 
 impl Suite {
@@ -84,6 +86,7 @@ impl Suite {
             Suite::Kubectl(b) => b.label.clone(),
             Suite::KubeRs => "kube-rs".into(),
             Suite::Python => "python".into(),
+            Suite::Knative => "knative".into(),
         }
     }
 
@@ -92,6 +95,7 @@ impl Suite {
             Suite::Kubectl(_) => kubectl::CASES.iter().map(|(n, _)| *n).collect(),
             Suite::KubeRs => kubers::CASES.iter().map(|(n, _)| *n).collect(),
             Suite::Python => python::CASES.to_vec(),
+            Suite::Knative => knative::CASES.iter().map(|(n, _)| *n).collect(),
         }
     }
 }
@@ -136,7 +140,7 @@ async fn main() -> anyhow::Result<()> {
         args.kubectl.clone()
     };
     // Python and kube-rs first: they have set-up work to overlap with the kubectl suites.
-    let mut suites = vec![Suite::Python, Suite::KubeRs];
+    let mut suites = vec![Suite::Python, Suite::KubeRs, Suite::Knative];
     suites.extend(
         binaries
             .iter()
@@ -213,6 +217,7 @@ async fn main() -> anyhow::Result<()> {
                 Suite::Kubectl(b) => kubectl::run(&env, b).await,
                 Suite::KubeRs => kubers::run(&env).await,
                 Suite::Python => python::run(&env).await,
+                Suite::Knative => knative::run(&env).await,
             }
         });
     }

@@ -425,6 +425,60 @@ pub async fn remove_crd(client: &kube::Client, name: &str) {
         .await;
 }
 
+/// Fails every selected case of a suite whose set-up failed with `e`.
+pub fn fail_set_up<C>(
+    prefix: &str,
+    cases: &[(&str, CaseFn<C>)],
+    selection: &Selection,
+    report: &Report,
+    e: &anyhow::Error,
+) {
+    for (case, _) in cases {
+        let name = format!("{prefix}/{case}");
+        if selection.wants(&name) {
+            report.fail(&name, &format!("suite set-up: {e:#}"));
+        }
+    }
+}
+
+/// One HTTP/1.1 request to `addr` with `Connection: close`: the status code and the body,
+/// within `limit`.
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    host: &str,
+    path: &str,
+    body: Option<&str>,
+    limit: Duration,
+) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connecting to {addr}"))?;
+        let body = body.unwrap_or_default();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await?;
+        anyhow::Ok(String::from_utf8_lossy(&out).into_owned())
+    };
+    let text = tokio::time::timeout(limit, exchange).await.map_err(|_| {
+        anyhow!("{method} http://{host}{path} via {addr}: no answer within {limit:?}")
+    })??;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("not an HTTP response: {text:?}"))?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((code, body.trim().to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,7 +79,8 @@ pub async fn run(informers: Arc<Informers>) {
     let ds_events = set_informer.touched();
     let pod_events = {
         let ctx = ctx.clone();
-        pod_informer.touched_after(move |c| observe_pods(&ctx.expectations, "DaemonSet", c))
+        pod_informer
+            .touched_and_left_after(move |c| observe_pods(&ctx.expectations, "DaemonSet", c))
     };
     let node_events = node_informer.touched();
     let pod_keys = {

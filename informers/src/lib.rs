@@ -447,9 +447,30 @@ where
 
     /// [`Self::touched`], calling `on_change` with each change before its objects go on
     /// (expectations count what the cache has seen this way).
-    pub fn touched_after<F>(
+    pub fn touched_after<F>(&self, on_change: F) -> impl Stream<Item = Arc<K>> + Send + use<K, F>
+    where
+        F: FnMut(&Change<K>) + Send + 'static,
+    {
+        self.touched_with(on_change, false)
+    }
+
+    /// [`Self::touched_after`], and for an update that moved the object to another owner or
+    /// changed its labels, its previous state too: the controller it left must count again
+    /// (upstream's `updatePod` enqueues the old controller and the old labels' matches).
+    pub fn touched_and_left_after<F>(
+        &self,
+        on_change: F,
+    ) -> impl Stream<Item = Arc<K>> + Send + use<K, F>
+    where
+        F: FnMut(&Change<K>) + Send + 'static,
+    {
+        self.touched_with(on_change, true)
+    }
+
+    fn touched_with<F>(
         &self,
         mut on_change: F,
+        with_left: bool,
     ) -> impl Stream<Item = Arc<K>> + Send + use<K, F>
     where
         F: FnMut(&Change<K>) + Send + 'static,
@@ -457,12 +478,20 @@ where
         let store = self.store.clone();
         self.changes().flat_map(move |change| {
             on_change(&change);
-            match change {
-                Change::Applied { object, .. } | Change::Deleted(object) => {
-                    stream::iter(vec![object]).left_stream()
+            let objects = match change {
+                Change::Applied {
+                    object,
+                    previous: Some(previous),
+                } if with_left
+                    && (previous.meta().owner_references != object.meta().owner_references
+                        || previous.meta().labels != object.meta().labels) =>
+                {
+                    vec![object, previous]
                 }
-                Change::Synced => stream::iter(store.state()).right_stream(),
-            }
+                Change::Applied { object, .. } | Change::Deleted(object) => vec![object],
+                Change::Synced => store.state(),
+            };
+            stream::iter(objects)
         })
     }
 

@@ -18,6 +18,9 @@ pub struct ConditionSet {
 pub const SERVICE: ConditionSet = ConditionSet {
     dependents: &["ConfigurationsReady", "RoutesReady"],
 };
+pub const FUNCTION: ConditionSet = ConditionSet {
+    dependents: &["SourceReady", "ServiceReady"],
+};
 pub const CONFIGURATION: ConditionSet = ConditionSet { dependents: &[] };
 pub const REVISION: ConditionSet = ConditionSet {
     dependents: &["ResourcesAvailable", "ContainerHealthy"],

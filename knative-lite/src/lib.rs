@@ -5,8 +5,11 @@
 //! clients on the process's shared informers and the controller skeleton of
 //! `minik8s-controllers`, like every other controller of the cluster.
 
+pub mod autoscaler;
 pub mod conditions;
 pub mod configuration;
+pub mod function;
+pub mod gateway;
 pub mod revision;
 pub mod route;
 pub mod router;
@@ -27,6 +30,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         serving::Configuration::crd(),
         serving::Revision::crd(),
         serving::Route::crd(),
+        function::Function::crd(),
     ]
     .into_iter()
     .map(container_names_optional)
@@ -127,6 +131,8 @@ pub async fn run(informers: Arc<Informers>) {
         service::run(informers.clone()),
         configuration::run(informers.clone()),
         revision::run(informers.clone()),
-        route::run(informers),
+        route::run(informers.clone()),
+        autoscaler::run(informers.clone()),
+        function::controller::run(informers),
     );
 }

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodTemplateSpec, Probe, TCPSocketAction};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, LifecycleHandler, Pod, PodTemplateSpec, Probe, SleepAction, TCPSocketAction,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -24,6 +26,8 @@ use crate::serving::{Revision, annotations, labels};
 
 /// The port a container listens on when it declares none (`$PORT`).
 pub const DEFAULT_USER_PORT: i32 = 8080;
+/// How long a stopping revision pod goes on serving before its container is signalled.
+const DRAIN_SECONDS: i64 = 1;
 /// The name of a revision's container when the template gives none.
 pub const USER_CONTAINER: &str = "user-container";
 /// Waiting reasons that mean the container will not start without a change.
@@ -101,6 +105,15 @@ pub fn desired_deployment(rev: &Revision) -> Deployment {
                     ..Default::default()
                 }),
                 period_seconds: Some(1),
+                ..Default::default()
+            });
+            // Draining: the router stops sending as soon as the pod is deleted; the
+            // container gets SIGTERM only after what was already sent has arrived.
+            let lifecycle = c.lifecycle.get_or_insert_with(Default::default);
+            lifecycle.pre_stop.get_or_insert_with(|| LifecycleHandler {
+                sleep: Some(SleepAction {
+                    seconds: DRAIN_SECONDS,
+                }),
                 ..Default::default()
             });
             set_env(c, "PORT", &port);
@@ -211,31 +224,26 @@ async fn reconcile(rev: Arc<Revision>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .as_ref()
         .and_then(|s| s.replicas)
         .unwrap_or(0);
-    let ready = deployment
-        .status
-        .as_ref()
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0);
+    // Ready pods of the revision: its Deployment's, and any pool pod it took.
+    let pods: Vec<Arc<Pod>> = ctx
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.labels().get(labels::REVISION) == Some(&name)
+        })
+        .collect();
+    let ready = pods.iter().filter(|p| crate::router::pod_ready(p)).count() as i32;
     status.desired_replicas = Some(desired);
     status.actual_replicas = Some(ready);
     let conditions = &mut status.status.conditions;
-    let failure = if ready == 0 {
-        let pods: Vec<Arc<Pod>> = ctx
-            .pods
-            .state()
-            .into_iter()
-            .filter(|p| {
-                p.namespace().as_deref() == Some(ns.as_str())
-                    && p.labels().get(labels::REVISION) == Some(&name)
-            })
-            .collect();
-        pod_failure(&pods)
-    } else {
-        None
-    };
+    let failure = if ready == 0 { pod_failure(&pods) } else { None };
     match failure {
         Some((ty, reason, message)) => REVISION.mark_false(conditions, ty, &reason, &message),
-        None if ready > 0 => {
+        // Serving, or scaled to zero with nothing wrong (requests wake it): Ready, as in
+        // Knative, where a revision at zero stays Ready.
+        None if ready > 0 || desired == 0 => {
             REVISION.mark_true(conditions, "ResourcesAvailable");
             REVISION.mark_true(conditions, "ContainerHealthy");
         }

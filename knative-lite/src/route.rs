@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
 use minik8s_controllers::informers::{Cache, Change, Informers};
 use minik8s_controllers::util::reconciler::{Error, Reconciler};
 
@@ -55,9 +55,48 @@ pub fn host(name: &str, namespace: &str, domain: &str, tag: Option<&str>) -> Str
     }
 }
 
-/// Each target of `route` with the revision it sends to; `Err((reason, message))` for the
-/// first that resolves to none.
-fn resolve(route: &Route, ctx: &Ctx, domain: &str) -> Result<Vec<TrafficTarget>, (String, String)> {
+/// Why a target resolves to no revision: Knative's reason and message, and whether that
+/// is final (False) or still in progress (Unknown).
+#[derive(Debug, PartialEq)]
+pub struct Unresolved {
+    pub failed: bool,
+    pub reason: &'static str,
+    pub message: String,
+    /// The object the cache does not hold: (kind, name).
+    pub missing: Option<(&'static str, String)>,
+}
+
+fn unresolved(failed: bool, reason: &'static str, message: String) -> Unresolved {
+    Unresolved {
+        failed,
+        reason,
+        message,
+        missing: None,
+    }
+}
+
+fn not_found(kind: &'static str, name: &str) -> Unresolved {
+    let reason = if kind == "Revision" {
+        "RevisionMissing"
+    } else {
+        "ConfigurationMissing"
+    };
+    Unresolved {
+        failed: true,
+        reason,
+        message: format!("{kind} {name:?} referenced in traffic not found."),
+        missing: Some((kind, name.to_string())),
+    }
+}
+
+/// The Ready status of a revision or configuration's conditions.
+fn ready_status(conditions: &[crate::serving::Condition]) -> &str {
+    conditions::status(conditions, READY)
+}
+
+/// Each target of `route` with the revision it sends to, or why the first that resolves to
+/// none does not (as Knative's traffic builder says it).
+fn resolve(route: &Route, ctx: &Ctx, domain: &str) -> Result<Vec<TrafficTarget>, Unresolved> {
     let ns = route.namespace().unwrap_or_default();
     let name = route.name_any();
     let mut out = Vec::new();
@@ -69,43 +108,60 @@ fn resolve(route: &Route, ctx: &Ctx, domain: &str) -> Result<Vec<TrafficTarget>,
         };
         match (&target.revision_name, &target.configuration_name) {
             (Some(rev), _) => {
-                let ready = ctx
-                    .revisions
-                    .get(&ObjectRef::new(rev).within(&ns))
-                    .and_then(|r| r.status.clone())
-                    .is_some_and(|s| conditions::is_true(&s.status.conditions, READY));
-                if !ready {
-                    return Err((
-                        "RevisionMissing".into(),
-                        format!("Revision {rev:?} referenced in traffic not found."),
-                    ));
+                let Some(r) = ctx.revisions.get(&ObjectRef::new(rev).within(&ns)) else {
+                    return Err(not_found("Revision", rev));
+                };
+                let conds = r.status.as_ref().map(|s| s.status.conditions.as_slice());
+                match ready_status(conds.unwrap_or_default()) {
+                    "True" => {}
+                    "False" => {
+                        return Err(unresolved(
+                            true,
+                            "RevisionMissing",
+                            format!("Revision {rev:?} failed to become ready."),
+                        ));
+                    }
+                    _ => {
+                        return Err(unresolved(
+                            false,
+                            "RevisionMissing",
+                            format!("Revision {rev:?} is not yet ready."),
+                        ));
+                    }
                 }
                 resolved.revision_name = Some(rev.clone());
                 resolved.latest_revision = Some(false);
             }
             (None, Some(config)) => {
                 let Some(c) = ctx.configs.get(&ObjectRef::new(config).within(&ns)) else {
-                    return Err((
-                        "ConfigurationMissing".into(),
-                        format!("Configuration {config:?} referenced in traffic not found."),
-                    ));
+                    return Err(not_found("Configuration", config));
                 };
-                let Some(latest) = c
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.latest_ready_revision_name.clone())
-                else {
-                    return Err((
-                        "RevisionMissing".into(),
-                        format!("Configuration {config:?} does not have any ready Revision."),
-                    ));
+                let status = c.status.as_ref();
+                let Some(latest) = status.and_then(|s| s.latest_ready_revision_name.clone()) else {
+                    let conds = status.map(|s| s.status.conditions.as_slice());
+                    return Err(if ready_status(conds.unwrap_or_default()) == "False" {
+                        unresolved(
+                            true,
+                            "RevisionMissing",
+                            format!("Configuration {config:?} does not have any ready Revision."),
+                        )
+                    } else {
+                        unresolved(
+                            false,
+                            "RevisionMissing",
+                            format!(
+                                "Configuration {config:?} is waiting for a Revision to become ready."
+                            ),
+                        )
+                    });
                 };
                 resolved.revision_name = Some(latest);
                 resolved.latest_revision = Some(true);
             }
             (None, None) => {
-                return Err((
-                    "RevisionMissing".into(),
+                return Err(unresolved(
+                    true,
+                    "RevisionMissing",
                     "a traffic target names neither a revision nor a configuration".into(),
                 ));
             }
@@ -148,13 +204,40 @@ async fn reconcile(route: Arc<Route>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                 c.message = Some("External TLS is not enabled".into());
             }
         }
-        Err((reason, message)) => {
-            ROUTE.mark_false(conds, "AllTrafficAssigned", &reason, &message);
+        // Made a moment ago (a Service makes its Configuration just before its Route), and
+        // not in this process's cache yet: in progress, not missing.
+        Err(why) if exists(&ctx, &ns, why.missing.as_ref()).await? => ROUTE.mark_unknown(
+            conds,
+            "AllTrafficAssigned",
+            why.reason,
+            "Waiting for the traffic targets to be observed.",
+        ),
+        Err(why) if why.failed => {
+            ROUTE.mark_false(conds, "AllTrafficAssigned", why.reason, &why.message);
         }
+        Err(why) => ROUTE.mark_unknown(conds, "AllTrafficAssigned", why.reason, &why.message),
     }
     status.status.observed_generation = route.metadata.generation;
     crate::write_status(&ctx.client, &*route, route.status.as_ref(), &status).await?;
     Ok(Action::await_change())
+}
+
+/// Whether `missing` (a kind and name the cache lacks) exists in the API after all.
+async fn exists(
+    ctx: &Ctx,
+    ns: &str,
+    missing: Option<&(&'static str, String)>,
+) -> Result<bool, kube::Error> {
+    let Some((kind, name)) = missing else {
+        return Ok(false);
+    };
+    if *kind == "Revision" {
+        let api: Api<Revision> = Api::namespaced(ctx.client.clone(), ns);
+        Ok(api.get_opt(name).await?.is_some())
+    } else {
+        let api: Api<Configuration> = Api::namespaced(ctx.client.clone(), ns);
+        Ok(api.get_opt(name).await?.is_some())
+    }
 }
 
 /// The routes of `ns` whose traffic names `config` or `revision`.

@@ -67,10 +67,10 @@ pub fn route_traffic(svc: &Service) -> Vec<TrafficTarget> {
         .collect()
 }
 
-/// Creates the child, or brings the spec of the one this Service controls up to date.
-async fn ensure<K>(
+/// Creates the child, or brings the spec of the one `owner` controls up to date.
+pub(crate) async fn ensure<K, O>(
     api: &Api<K>,
-    svc: &Service,
+    owner: &O,
     current: Option<Arc<K>>,
     desired: K,
     same: impl Fn(&K, &K) -> bool,
@@ -81,6 +81,7 @@ where
         + serde::Serialize
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
+    O: Resource<DynamicType = ()>,
 {
     match current {
         None => match api.create(&PostParams::default(), &desired).await {
@@ -88,11 +89,12 @@ where
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
             Err(e) => Err(e.into()),
         },
-        Some(c) if !is_controlled_by(c.as_ref(), svc) => Err(Error::failed(format!(
-            "{} {:?} exists and is not owned by Service {:?}",
+        Some(c) if !is_controlled_by(c.as_ref(), owner) => Err(Error::failed(format!(
+            "{} {:?} exists and is not owned by {} {:?}",
             K::kind(&()),
             c.name_any(),
-            svc.name_any()
+            O::kind(&()),
+            owner.name_any()
         ))),
         Some(c) if same(&c, &desired) => Ok(Some(c)),
         Some(c) => {
@@ -119,7 +121,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     desired_config.metadata = child_meta(&svc);
     let config = ensure(
         &Api::namespaced(ctx.client.clone(), &ns),
-        &svc,
+        svc.as_ref(),
         ctx.configs.get(&ObjectRef::new(&name).within(&ns)),
         desired_config,
         |a, b| a.spec == b.spec && a.labels() == b.labels(),
@@ -134,7 +136,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     desired_route.metadata = child_meta(&svc);
     let route = ensure(
         &Api::namespaced(ctx.client.clone(), &ns),
-        &svc,
+        svc.as_ref(),
         ctx.routes.get(&ObjectRef::new(&name).within(&ns)),
         desired_route,
         |a, b| a.spec == b.spec && a.labels() == b.labels(),

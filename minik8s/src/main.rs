@@ -251,24 +251,9 @@ fn admission_plugin(s: &str) -> Result<String, String> {
     }
 }
 
-/// `300ms`, `10s`, `5m`, `1h`, or plain seconds.
+/// `300ms`, `10s`, `1m30s`, `1h`, or plain seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit())
-        .map(|i| s.split_at(i))
-        .unwrap_or((s, "s"));
-    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    Ok(match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {s:?} (use ms, s, m or h)"
-            ));
-        }
-    })
+    minik8s_controllers::util::duration::parse_flag(s)
 }
 
 impl ServerArgs {

@@ -201,7 +201,7 @@ pub async fn run_ingress(args: IngressArgs) -> anyhow::Result<()> {
         bind: args.bind,
         addresses,
         publish_node_addresses: false,
-        hosts: Some(knative_hosts(&informers)),
+        hosts: Some(knative_hosts(&informers, args.bind, None)),
     };
     minik8s_proxy::ingress::run(client, &informers, config, crate::shutdown_signal()).await?;
     Ok(())
@@ -230,10 +230,25 @@ pub fn kube_dns(
     })
 }
 
-/// Knative Routes' hosts for the Ingress proxy, their table kept current in the background.
-fn knative_hosts(informers: &Arc<Informers>) -> Arc<dyn minik8s_proxy::ingress::HostRoutes> {
-    let router = Arc::new(knative_lite::router::Router::default());
-    tokio::spawn(knative_lite::router::run(router.clone(), informers.clone()));
+/// Knative Routes' hosts for the Ingress proxy, their table kept current in the background,
+/// and the function gateway on the same address's port 8080 (with `ingress` on `bind`).
+fn knative_hosts(
+    informers: &Arc<Informers>,
+    bind: SocketAddr,
+    node_ip: Option<IpAddr>,
+) -> Arc<dyn minik8s_proxy::ingress::HostRoutes> {
+    let router = knative_lite::router::start(informers, node_ip);
+    let gateway = knative_lite::gateway::Gateway::new(router.clone());
+    let addr = SocketAddr::new(bind.ip(), knative_lite::function::GATEWAY_PORT);
+    tokio::spawn(async move {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(bind = %addr, "serving the function gateway");
+                knative_lite::gateway::serve(gateway, listener, std::future::pending()).await
+            }
+            Err(e) => tracing::warn!(bind = %addr, error = %e, "no function gateway"),
+        }
+    });
     router
 }
 
@@ -259,7 +274,7 @@ pub fn spawn_ingress(
             bind,
             addresses: vec![node_ip],
             publish_node_addresses: true,
-            hosts: Some(knative_hosts(&informers)),
+            hosts: Some(knative_hosts(&informers, bind, Some(node_ip))),
         };
         if let Err(e) = minik8s_proxy::ingress::run(client, &informers, config, shutdown).await {
             tracing::warn!(error = %e, "the Ingress proxy is not running");

@@ -6,6 +6,7 @@
 pub mod cache;
 pub mod dns;
 pub mod endpoints;
+pub mod forward;
 pub mod ingress;
 pub mod iptables;
 pub mod nftables;

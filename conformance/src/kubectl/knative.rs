@@ -13,6 +13,9 @@ metadata:
   name: kn-hello
 spec:
   template:
+    metadata:
+      annotations:
+        autoscaling.knative.dev/min-scale: "1"
     spec:
       containers:
         - image: busybox:1.36
@@ -107,7 +110,9 @@ pub async fn knative_service(c: &Ctx) -> anyhow::Result<()> {
     // The Route's host answers on the node's port 80, as any Knative ingress would.
     super::ingress_answers(&format!("kn-hello.{}.example.com", c.ns), "/", 200, "hello").await?;
     // A second revision under a tag, and 80/20 between the two: within ±10 % over 500.
-    let patch = r#"{"spec": {"template": {"spec": {"containers": [{"image": "busybox:1.36",
+    let patch = r#"{"spec": {"template": {
+        "metadata": {"annotations": {"autoscaling.knative.dev/min-scale": "1"}},
+        "spec": {"containers": [{"image": "busybox:1.36",
         "command": ["sh", "-c", "echo v2 > /tmp/index.html && exec httpd -f -p $PORT -h /tmp"]}]}},
         "traffic": [{"revisionName": "kn-hello-00001", "percent": 80},
                     {"latestRevision": true, "percent": 20, "tag": "latest"}]}}"#;
@@ -141,4 +146,106 @@ pub async fn knative_service(c: &Ctx) -> anyhow::Result<()> {
     ensure!(out == "kn-hello-00001 kn-hello-00002", "{out:?}");
     c.ok(&["delete", "ksvc", "kn-hello", "--wait"]).await?;
     Ok(())
+}
+
+const ADDER: &str = "def handle(body):\n    print(\"called with\", body)\n    return {\"sum\": body[\"a\"] + body[\"b\"]}\n";
+
+/// `kubectl fn`, the plugin for functions from source: deploy a handler from a file, call
+/// it, list, read its logs, update it, delete it.
+pub async fn kubectl_fn(c: &Ctx) -> anyhow::Result<()> {
+    let _ = c.run(&["fn", "delete", "kfn-add"]).await;
+    let file = c.write("handler.py", ADDER)?;
+    let out = c
+        .ok(&["fn", "deploy", "kfn-add", "--from-file", &file])
+        .await?;
+    ensure!(
+        out == "function.functions.minik8s.io/kfn-add created\n",
+        "{out:?}"
+    );
+    let out = c
+        .ok(&["fn", "invoke", "kfn-add", "--data", r#"{"a": 2, "b": 3}"#])
+        .await?;
+    ensure!(out.trim() == r#"{"sum": 5}"#, "{out:?}");
+    let out = c.ok(&["fn", "list"]).await?;
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header == ["NAME", "URL", "REVISION", "READY", "AGE"],
+        "{out}"
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        row.len() == 5
+            && row[..4]
+                == [
+                    "kfn-add",
+                    &format!("http://kfn-add.{}.example.com", c.ns),
+                    "kfn-add-00001",
+                    "True"
+                ],
+        "{out}"
+    );
+    let out = c.ok(&["get", "fn", "kfn-add"]).await?;
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header == ["NAME", "URL", "REVISION", "READY", "REASON"],
+        "{out}"
+    );
+    let out = c.ok(&["fn", "logs", "kfn-add"]).await?;
+    super::contains(&out, "called with {'a': 2, 'b': 3}")?;
+    // An update is a new revision; calls go to it once it is ready.
+    let v2 = c.write("handler.py", &ADDER.replace("\"sum\"", "\"total\""))?;
+    let out = c
+        .ok(&["fn", "deploy", "kfn-add", "--from-file", &v2])
+        .await?;
+    ensure!(
+        out == "function.functions.minik8s.io/kfn-add configured\n",
+        "{out:?}"
+    );
+    // Every node's router learns of the new revision through its watch: a moment later.
+    crate::support::eventually(
+        std::time::Duration::from_secs(10),
+        "kfn-add's second revision answering",
+        || async {
+            let out = c
+                .ok(&["fn", "invoke", "kfn-add", "--data", r#"{"a": 1, "b": 1}"#])
+                .await?;
+            ensure!(out.trim() == r#"{"total": 2}"#, "{out:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    let out = c.ok(&["fn", "delete", "kfn-add"]).await?;
+    ensure!(
+        out == "function.functions.minik8s.io \"kfn-add\" deleted\n",
+        "{out:?}"
+    );
+    crate::support::eventually(
+        std::time::Duration::from_secs(30),
+        "kfn-add answering 404",
+        || async {
+            let r = c.run(&["fn", "invoke", "kfn-add"]).await?;
+            ensure!(
+                !r.ok() && r.stderr.contains("404"),
+                "{} {}",
+                r.stdout,
+                r.stderr
+            );
+            Ok(())
+        },
+    )
+    .await
 }

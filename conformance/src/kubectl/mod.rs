@@ -128,6 +128,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "raw-paths" => nonresource::raw_paths,
     "busybox-applets" => applets::busybox_applets,
     "knative-service" => knative::knative_service,
+    "kubectl-fn" => knative::kubectl_fn,
 };
 
 /// Runs the selected cases with one binary, in a namespace of its own.
@@ -136,12 +137,7 @@ pub async fn run(env: &Arc<Env>, bin: Binary) {
     let ctx = match Ctx::setup(env.clone(), bin).await {
         Ok(c) => c,
         Err(e) => {
-            for (case, _) in CASES {
-                let name = format!("{prefix}/{case}");
-                if env.selection.wants(&name) {
-                    env.report.fail(&name, &format!("suite set-up: {e:#}"));
-                }
-            }
+            support::fail_set_up(&prefix, CASES, &env.selection, &env.report, &e);
             return;
         }
     };
@@ -3631,7 +3627,7 @@ async fn host_port(c: &Ctx) -> anyhow::Result<()> {
 
 /// Where the cluster serves Ingresses on this machine: port 80 unless the server was started
 /// with another `MINIK8S_INGRESS_BIND_ADDRESS`.
-fn ingress_address() -> std::net::SocketAddr {
+pub fn ingress_address() -> std::net::SocketAddr {
     let port = std::env::var("MINIK8S_INGRESS_BIND_ADDRESS")
         .ok()
         .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
@@ -3641,23 +3637,15 @@ fn ingress_address() -> std::net::SocketAddr {
 
 /// One HTTP/1.1 GET through the Ingress proxy: status code and body.
 async fn ingress_get(host: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    use tokio::io::AsyncReadExt;
-    let addr = ingress_address();
-    let mut s = tokio::net::TcpStream::connect(addr)
-        .await
-        .with_context(|| format!("connecting to the Ingress proxy at {addr}"))?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await?;
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await??;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("not an HTTP response: {text:?}"))?;
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    Ok((code, body.trim().to_string()))
+    support::http(
+        ingress_address(),
+        "GET",
+        host,
+        path,
+        None,
+        Duration::from_secs(10),
+    )
+    .await
 }
 
 /// Waits until `host` + `path` answers `code` with `body` through the Ingress proxy.

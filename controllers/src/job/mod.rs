@@ -136,7 +136,7 @@ pub async fn run_with(informers: Arc<Informers>, options: JobOptions) {
     };
     let pod_events = {
         let ctx = ctx.clone();
-        pod_informer.touched_after(move |c| observe_pods(&ctx.expectations, "Job", c))
+        pod_informer.touched_and_left_after(move |c| observe_pods(&ctx.expectations, "Job", c))
     };
     let pod_keys = {
         let jobs = jobs.clone();

@@ -65,7 +65,7 @@ pub async fn run(informers: Arc<Informers>) {
         }
     });
     let observed = expectations.clone();
-    let pod_changes = pods.touched_after(move |c| observe_pods(&observed, KIND, c));
+    let pod_changes = pods.touched_and_left_after(move |c| observe_pods(&observed, KIND, c));
     let controller = Controller::for_shared_stream(set_changes, sets.store().kube_store());
     let sets_cache = sets.store();
     let ctx = Arc::new(Ctx {

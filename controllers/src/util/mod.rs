@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod controller_ref;
+pub mod duration;
 pub mod events;
 pub mod expectations;
 pub mod pods;

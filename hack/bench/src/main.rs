@@ -5,6 +5,7 @@
 //! `watchers` puts many watches of pods on one server while the pods churn.
 
 mod api;
+mod functions;
 mod h2;
 mod pods;
 mod proc;
@@ -40,6 +41,9 @@ enum Command {
     Proxy(proxy::ProxyArgs),
     /// Many concurrent pod watches while pods churn: memory per watcher, delivery latency.
     Watchers(watchers::WatchersArgs),
+    /// knative-lite on a running cluster: cold starts, the router's added latency and
+    /// throughput, a step of load with errors counted, time back to zero.
+    Functions(functions::FunctionsArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -99,6 +103,7 @@ fn main() -> anyhow::Result<()> {
             Command::Scale(args) => scale::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,
             Command::Watchers(args) => watchers::run(args).await,
+            Command::Functions(args) => functions::run(args).await,
         }
     })
 }

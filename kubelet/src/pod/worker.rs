@@ -525,16 +525,20 @@ impl Shared {
             .await;
         }
         let started = std::time::Instant::now();
-        if let Some(exec) = c
+        let pre_stop = c
             .as_ref()
             .and_then(|c| c.lifecycle.as_ref())
-            .and_then(|l| l.pre_stop.as_ref())
-            .and_then(|h| h.exec.as_ref())
-        {
+            .and_then(|l| l.pre_stop.as_ref());
+        if let Some(exec) = pre_stop.and_then(|h| h.exec.as_ref()) {
             let cmd = exec.command.clone().unwrap_or_default();
             if let Err(e) = self.runtime.exec_sync(id, cmd, grace.max(1)).await {
                 tracing::debug!(container = name, error = %e, "preStop hook failed");
             }
+        } else if let Some(sleep) = pre_stop.and_then(|h| h.sleep.as_ref()) {
+            // The sleep action (KEP-3960): the container keeps running, within the grace
+            // period, so that whoever routes to it stops first.
+            let seconds = sleep.seconds.clamp(0, grace.max(0));
+            tokio::time::sleep(std::time::Duration::from_secs(seconds as u64)).await;
         }
         let left = (grace - started.elapsed().as_secs() as i64).max(if grace > 0 { 2 } else { 0 });
         if let Err(e) = self.runtime.stop_container(id, left).await

@@ -5,18 +5,14 @@
 
 pub mod routes;
 
-use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
-use bytes::Bytes;
 use futures::future::join_all;
-use http::{HeaderValue, Request, Response, StatusCode, Uri};
-use http_body_util::{Either, Full};
+use http::{Request, Response, StatusCode};
+use http_body_util::Either;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::{
     Ingress, IngressClass, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
@@ -28,6 +24,7 @@ use tokio::net::TcpListener;
 use minik8s_informers::Informers;
 
 use crate::cache::{Caches, poke_on_change};
+use crate::forward::{self, Body, Forwarder, Guard, plain};
 pub use routes::{DEFAULT_CLASS_ANNOTATION, Routed, Routes};
 
 #[derive(Debug, thiserror::Error)]
@@ -36,23 +33,11 @@ pub enum Error {
     Bind(SocketAddr, #[source] std::io::Error),
 }
 
-type Body = Either<Incoming, Full<Bytes>>;
-
-/// The proxy: the current table and a pooled HTTP client.
+/// The proxy: the current table, and what forwards.
 pub struct Proxy {
     routes: RwLock<Arc<Routes>>,
     hosts: Option<Arc<dyn HostRoutes>>,
-    client: HttpClient<HttpConnector, Incoming>,
-}
-
-fn plain(status: StatusCode, text: &str) -> Response<Body> {
-    let mut r = Response::new(Either::Right(Full::new(Bytes::from(format!("{text}\n")))));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain"),
-    );
-    r
+    forwarder: Forwarder,
 }
 
 impl Proxy {
@@ -65,7 +50,7 @@ impl Proxy {
         Arc::new(Proxy {
             routes: RwLock::new(Arc::new(routes)),
             hosts,
-            client: HttpClient::builder(TokioExecutor::new()).build_http(),
+            forwarder: Forwarder::default(),
         })
     }
 
@@ -101,55 +86,30 @@ impl Proxy {
 
     /// Forwards one request: 404 when no rule matches, 503 when the backend has no ready
     /// endpoint, 502 when the endpoint fails.
-    pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        let host = req
-            .headers()
-            .get(http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_string)
-            .or_else(|| req.uri().authority().map(|a| a.to_string()))
-            .unwrap_or_default();
-        let routes = self.routes();
-        let picked = self
-            .hosts
-            .as_ref()
-            .and_then(|h| h.pick(&routes::bare_host(&host)));
-        let endpoint = match picked {
-            Some(Ok(endpoint)) => endpoint,
-            Some(Err(why)) => return plain(StatusCode::SERVICE_UNAVAILABLE, &why),
-            None => match self.route_ingress(&routes, &host, req.uri().path()) {
-                Ok(endpoint) => endpoint,
-                Err((status, why)) => return plain(status, &why),
-            },
-        };
+    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let host = forward::request_host(&req);
         let path = req
             .uri()
             .path_and_query()
             .map(|p| p.as_str().to_string())
             .unwrap_or_else(|| "/".into());
-        let Ok(uri) = format!("http://{endpoint}{path}").parse::<Uri>() else {
-            return plain(StatusCode::BAD_REQUEST, "bad request target");
+        let picked = self
+            .hosts
+            .as_ref()
+            .and_then(|h| h.pick(&routes::bare_host(&host)));
+        let (endpoint, guard) = match picked {
+            Some(pick) => match pick.await {
+                Ok(p) => (p.endpoint, p.guard),
+                Err((status, why)) => return plain(status, &why),
+            },
+            None => match self.route_ingress(&self.routes(), &host, req.uri().path()) {
+                Ok(endpoint) => (endpoint, None),
+                Err((status, why)) => return plain(status, &why),
+            },
         };
-        *req.uri_mut() = uri;
-        let headers = req.headers_mut();
-        let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-            Some(prev) => format!("{prev}, {}", peer.ip()),
-            None => peer.ip().to_string(),
-        };
-        if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
-            headers.insert("x-forwarded-for", v);
-        }
-        if let Ok(v) = HeaderValue::from_str(&host) {
-            headers.insert("x-forwarded-host", v);
-        }
-        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
-        match self.client.request(req).await {
-            Ok(resp) => resp.map(Either::Left),
-            Err(e) => {
-                tracing::debug!(%endpoint, error = %e, "backend failed");
-                plain(StatusCode::BAD_GATEWAY, "bad gateway")
-            }
-        }
+        self.forwarder
+            .forward(req.map(Either::Left), endpoint, &path, peer, guard)
+            .await
     }
 
     /// Accepts HTTP/1.1 and HTTP/2 connections until `shutdown`.
@@ -158,39 +118,34 @@ impl Proxy {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
-        let accept = async {
-            loop {
-                let Ok((stream, peer)) = listener.accept().await else {
-                    continue;
-                };
-                let proxy = self.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let proxy = proxy.clone();
-                        async move { Ok::<_, Infallible>(proxy.handle(req, peer).await) }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+        let handle = move |req, peer| {
+            let proxy = self.clone();
+            async move { proxy.handle(req, peer).await }
         };
-        tokio::select! {
-            _ = accept => {}
-            _ = shutdown => {}
-        }
+        forward::serve(listener, handle, shutdown).await
     }
 }
 
-/// What the Ingress proxy needs to run.
+/// Where a request for one of [`HostRoutes`]' hosts goes, and what to hold while it is in
+/// flight.
+pub struct Picked {
+    pub endpoint: SocketAddr,
+    pub guard: Option<Guard>,
+}
+
+/// The answer of [`HostRoutes::pick`]: an endpoint, or the status and text to answer with.
+pub type PickFuture =
+    Pin<Box<dyn std::future::Future<Output = Result<Picked, (StatusCode, String)>> + Send>>;
+
 /// Hosts routed by another component (knative-lite's Routes), asked before the Ingress
 /// rules: such hosts are that component's own.
 pub trait HostRoutes: Send + Sync + std::fmt::Debug {
-    /// `None`: not one of its hosts; `Some(Ok(addr))`: send the request there;
-    /// `Some(Err(why))`: its host, with nowhere to send it now (503).
-    fn pick(&self, host: &str) -> Option<Result<SocketAddr, String>>;
+    /// `None`: not one of its hosts; otherwise where to send the request once the future
+    /// resolves (it may wait, as an activator holds requests for a revision with no pod).
+    fn pick(&self, host: &str) -> Option<PickFuture>;
 }
 
+/// What the Ingress proxy needs to run.
 #[derive(Clone, Debug)]
 pub struct IngressConfig {
     pub bind: SocketAddr,
