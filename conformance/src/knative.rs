@@ -11,7 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -349,7 +349,8 @@ async fn scale_from_zero(c: &Ctx) -> anyhow::Result<()> {
 }
 
 /// A step from idle to 8 clients on a revision whose pods take 2 requests each (70 %
-/// utilization): the autoscaler scales out to max-scale, and not one request fails.
+/// utilization): the autoscaler scales out to max-scale; then down to one client, and back
+/// to one pod, the others drained before they stop: not one request fails.
 async fn concurrency_target(c: &Ctx) -> anyhow::Result<()> {
     c.ksvc(
         "kn-load",
@@ -362,11 +363,20 @@ async fn concurrency_target(c: &Ctx) -> anyhow::Result<()> {
     .await?;
     let host = c.host("kn-load");
     let addr = crate::kubectl::ingress_address();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Client 0 goes on after the step; the other seven stop with `step_over`.
+    let (step_over, all_over) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let mut clients = tokio::task::JoinSet::new();
-    for _ in 0..8 {
-        let (stop, ok, failed, host) = (stop.clone(), ok.clone(), failed.clone(), host.clone());
+    for i in 0..8 {
+        let stop = if i == 0 {
+            all_over.clone()
+        } else {
+            step_over.clone()
+        };
+        let (ok, failed, host) = (ok.clone(), failed.clone(), host.clone());
         clients.spawn(async move {
             let mut last = String::new();
             while !stop.load(Ordering::Relaxed) {
@@ -381,22 +391,37 @@ async fn concurrency_target(c: &Ctx) -> anyhow::Result<()> {
             last
         });
     }
-    let scaled = eventually(
-        Duration::from_secs(60),
-        "kn-load at 3 ready pods",
-        || async {
-            let ready = c
-                .pods_of("kn-load-00001")
-                .await?
-                .iter()
-                .filter(|p| pod_ready(p))
-                .count();
-            ensure!(ready == 3, "{ready} ready pods");
-            Ok(())
-        },
-    )
+    let ready_pods = |want: usize| async move {
+        let ready = c
+            .pods_of("kn-load-00001")
+            .await?
+            .iter()
+            .filter(|p| pod_ready(p))
+            .count();
+        ensure!(ready == want, "{ready} ready pods");
+        Ok(())
+    };
+    let scaled = eventually(Duration::from_secs(60), "kn-load at 3 ready pods", || {
+        ready_pods(3)
+    })
     .await;
-    stop.store(true, Ordering::Relaxed);
+    // Then one client: the pods beyond one are drained and stopped under its load.
+    step_over.store(true, Ordering::Relaxed);
+    let drained = match scaled {
+        Ok(()) => {
+            eventually(Duration::from_secs(60), "kn-load back at 1 pod", || async {
+                let (replicas, pods) = c.scale_of("kn-load-00001").await?;
+                ensure!(
+                    replicas == 1 && pods == 1,
+                    "{replicas} replicas, {pods} pods"
+                );
+                Ok(())
+            })
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    all_over.store(true, Ordering::Relaxed);
     let mut last = String::new();
     while let Some(r) = clients.join_next().await {
         let l = r?;
@@ -404,7 +429,7 @@ async fn concurrency_target(c: &Ctx) -> anyhow::Result<()> {
             last = l;
         }
     }
-    scaled?;
+    drained?;
     let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
     ensure!(
         failed == 0,
