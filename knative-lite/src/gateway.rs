@@ -18,6 +18,9 @@ use crate::router::Router;
 
 /// The path of the autoscaler's counters.
 pub const STATS_PATH: &str = "/_minik8s/stats";
+/// On a request one node's router sends another's: `<namespace>/<revision>`, served from
+/// the receiving node's pods of that revision.
+pub const VIA_ROUTER: &str = "x-minik8s-revision";
 
 /// A call the path names: which function, and the rest of the path for it.
 #[derive(Debug, PartialEq)]
@@ -87,6 +90,27 @@ impl Gateway {
             let stats = serde_json::to_value(self.router.stats()).unwrap_or_default();
             return json(StatusCode::OK, &serde_json::json!({ "revisions": stats }));
         }
+        // Another node's router sends a revision's request to this node's pods, whose
+        // containerConcurrency this router holds.
+        if let Some((ns, name)) = req
+            .headers()
+            .get(VIA_ROUTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once('/'))
+            .map(|(ns, name)| (ns.to_string(), name.to_string()))
+        {
+            let Some(pick) = self.router.route_local(&ns, &name) else {
+                return plain(StatusCode::NOT_FOUND, "no such revision on this node");
+            };
+            return match pick.await {
+                Ok(p) => {
+                    self.forwarder
+                        .forward(req.map(Either::Left), p.endpoint, &target, peer, p.guard)
+                        .await
+                }
+                Err((status, why)) => plain(status, &why),
+            };
+        }
         let Some(call) = parse(&target) else {
             return plain(StatusCode::NOT_FOUND, "not found");
         };
@@ -103,9 +127,11 @@ impl Gateway {
         let Some(pick) = self.router.route(host) else {
             return plain(StatusCode::NOT_FOUND, "function has no route");
         };
+        let mut req = req;
         if !call.asynchronous {
             return match pick.await {
                 Ok(p) => {
+                    p.apply(&mut req);
                     self.forwarder
                         .forward(req.map(Either::Left), p.endpoint, &call.path, peer, p.guard)
                         .await
@@ -118,11 +144,13 @@ impl Gateway {
         let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
             return plain(StatusCode::BAD_REQUEST, "reading the request body failed");
         };
-        let req: Request<RequestBody> = Request::from_parts(parts, Either::Right(Full::new(body)));
+        let mut req: Request<RequestBody> =
+            Request::from_parts(parts, Either::Right(Full::new(body)));
         let forwarder = self.forwarder.clone();
         tokio::spawn(async move {
             let status = match pick.await {
                 Ok(p) => {
+                    p.apply(&mut req);
                     let resp = forwarder
                         .forward(req, p.endpoint, &call.path, peer, p.guard)
                         .await;

@@ -10,13 +10,13 @@
 pub mod activator;
 pub mod backends;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{HeaderName, HeaderValue, StatusCode};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::watcher;
@@ -27,10 +27,11 @@ use tokio::sync::Notify;
 
 use crate::function;
 use crate::function::packages::{self, Installer};
+use crate::gateway::VIA_ROUTER;
 use crate::revision::user_port;
 use crate::serving::{Revision, Route, labels};
 use activator::Activator;
-use backends::{Backends, Stats, Wait};
+use backends::{Backends, Endpoint, Stats, Wait};
 
 /// How long a request waits for a pod when the revision sets no `timeoutSeconds`
 /// (Knative's `revision-timeout-seconds`).
@@ -89,6 +90,14 @@ pub fn pod_ready(pod: &Pod) -> bool {
             .is_some_and(|c| c.status == "True")
 }
 
+/// A revision's `containerConcurrency`; 0: no limit.
+fn limit_of(rev: &Revision) -> usize {
+    rev.spec
+        .container_concurrency
+        .and_then(|c| usize::try_from(c).ok())
+        .unwrap_or(0)
+}
+
 fn key_of(ns: &str, name: &str) -> Key {
     (ns.to_string(), name.to_string())
 }
@@ -101,6 +110,7 @@ impl Table {
         routes: &[Arc<Route>],
         revisions: &[Arc<Revision>],
         pods: &[Arc<Pod>],
+        node_ip: Option<IpAddr>,
         registry: &mut HashMap<Key, Arc<Backends>>,
         counters: &mut HashMap<String, Arc<AtomicUsize>>,
     ) -> Table {
@@ -109,7 +119,10 @@ impl Table {
             .iter()
             .map(|r| (key_of(&r.namespace().unwrap_or_default(), &r.name_any()), r))
             .collect();
-        let mut addrs: HashMap<Key, Vec<SocketAddr>> = HashMap::new();
+        // Per revision: its pods here, and (with a containerConcurrency) how many it has on
+        // each other node, whose router holds their limit.
+        let mut local: HashMap<Key, Vec<SocketAddr>> = HashMap::new();
+        let mut remote: HashMap<Key, BTreeMap<IpAddr, usize>> = HashMap::new();
         for pod in pods
             .iter()
             .filter(|p| pod_ready(p) && function::specialization_intact(p))
@@ -119,40 +132,58 @@ impl Table {
                 continue;
             };
             let key = key_of(&ns, rev);
+            let status = pod.status.as_ref();
             let (Some(rev), Some(ip)) = (
                 by_key.get(&key),
-                pod.status
-                    .as_ref()
+                status
                     .and_then(|s| s.pod_ip.as_deref())
                     .and_then(|ip| ip.parse().ok()),
             ) else {
                 continue;
             };
-            let port = u16::try_from(user_port(rev)).unwrap_or(8080);
-            addrs
-                .entry(key)
-                .or_default()
-                .push(SocketAddr::new(ip, port));
+            let host: Option<IpAddr> = status
+                .and_then(|s| s.host_ip.as_deref())
+                .and_then(|ip| ip.parse().ok());
+            match (node_ip, host) {
+                (Some(me), Some(host)) if host != me && limit_of(rev) > 0 => {
+                    *remote.entry(key).or_default().entry(host).or_default() += 1;
+                }
+                _ => {
+                    let port = u16::try_from(user_port(rev)).unwrap_or(8080);
+                    local
+                        .entry(key)
+                        .or_default()
+                        .push(SocketAddr::new(ip, port));
+                }
+            }
         }
         for (key, rev) in &by_key {
-            let mut pods = addrs.remove(key).unwrap_or_default();
-            pods.sort();
-            let limit = rev
-                .spec
-                .container_concurrency
-                .and_then(|c| usize::try_from(c).ok())
-                .unwrap_or(0);
+            let limit = limit_of(rev);
+            let mut endpoints: Vec<Endpoint> = local
+                .remove(key)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|addr| Endpoint::pod(addr, limit))
+                .collect();
+            for (host, n) in remote.remove(key).unwrap_or_default() {
+                endpoints.push(Endpoint {
+                    addr: SocketAddr::new(host, function::GATEWAY_PORT),
+                    limit: limit * n,
+                    via_router: true,
+                });
+            }
+            endpoints.sort();
             registry
                 .entry(key.clone())
                 .or_insert_with(|| Backends::new(&key.0, &key.1))
-                .set_pods(&pods, limit);
+                .set_pods(&endpoints);
         }
         // Revisions gone: no pod of theirs is picked again, and their backends go once
         // nothing is in flight on them.
         registry.retain(|key, b| {
             let kept = by_key.contains_key(key);
             if !kept {
-                b.set_pods(&[], 0);
+                b.set_pods(&[]);
             }
             kept || !b.idle()
         });
@@ -226,12 +257,16 @@ pub struct Router {
     registry: Mutex<HashMap<Key, Arc<Backends>>>,
     counters: Mutex<HashMap<String, Arc<AtomicUsize>>>,
     activator: Option<Arc<Activator>>,
+    /// This node's address: pods elsewhere of a revision with a containerConcurrency are
+    /// reached through their node's router.
+    node_ip: Option<IpAddr>,
 }
 
 impl Router {
-    pub fn new(activator: Option<Arc<Activator>>) -> Router {
+    pub fn new(activator: Option<Arc<Activator>>, node_ip: Option<IpAddr>) -> Router {
         Router {
             activator,
+            node_ip,
             ..Default::default()
         }
     }
@@ -244,7 +279,14 @@ impl Router {
         let table = {
             let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
             let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-            Table::build(routes, revisions, pods, &mut registry, &mut counters)
+            Table::build(
+                routes,
+                revisions,
+                pods,
+                self.node_ip,
+                &mut registry,
+                &mut counters,
+            )
         };
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
     }
@@ -263,37 +305,75 @@ impl Router {
         let target = self.table().choose(host)?.clone();
         let activator = self.activator.clone();
         Some(Box::pin(async move {
-            let mut req = target.backends.arrive();
+            let activate = || {
+                if let (Some(a), Some(rev)) = (&activator, &target.revision) {
+                    a.activate(rev.clone(), target.backends.clone());
+                }
+            };
             let timeout = target
                 .revision
                 .as_ref()
                 .and_then(|r| r.spec.timeout_seconds)
                 .and_then(|s| u64::try_from(s).ok())
                 .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
-            let activate = || {
-                if let (Some(a), Some(rev)) = (&activator, &target.revision) {
-                    a.activate(rev.clone(), target.backends.clone());
-                }
-            };
-            let b = &target.backends;
-            match b.take(&mut req, timeout, REPOKE, activate).await {
-                Ok(endpoint) => Ok(Picked {
-                    endpoint,
-                    guard: Some(Box::new(req)),
-                }),
-                Err(Wait::NoPods) => Err((
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("revision {}/{} has no ready pod", b.namespace, b.name),
-                )),
-                Err(Wait::Busy) => Err((
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "revision {}/{} had no free pod within its timeout",
-                        b.namespace, b.name
-                    ),
-                )),
-            }
+            take(&target.backends, true, timeout, activate).await
         }))
+    }
+
+    /// Where a request another node's router sent for revision `name` goes: one of this
+    /// node's pods of it, once one has a free slot.
+    pub fn route_local(&self, namespace: &str, name: &str) -> Option<PickFuture> {
+        let backends = self
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key_of(namespace, name))?
+            .clone();
+        Some(Box::pin(async move {
+            take(&backends, false, DEFAULT_TIMEOUT, || {}).await
+        }))
+    }
+}
+
+/// Takes an endpoint of `backends` for one request: `first_hop` for requests from clients
+/// (counted for the autoscaler; may go through another node's router), not for those
+/// another router sent (this node's pods only).
+async fn take(
+    backends: &Arc<Backends>,
+    first_hop: bool,
+    timeout: Duration,
+    activate: impl Fn(),
+) -> Result<Picked, (StatusCode, String)> {
+    let mut req = backends.arrive(first_hop);
+    let b = backends;
+    match b
+        .take(&mut req, timeout, REPOKE, !first_hop, activate)
+        .await
+    {
+        Ok(endpoint) => {
+            let mut headers = Vec::new();
+            if endpoint.via_router
+                && let Ok(v) = HeaderValue::from_str(&format!("{}/{}", b.namespace, b.name))
+            {
+                headers.push((HeaderName::from_static(VIA_ROUTER), v));
+            }
+            Ok(Picked {
+                endpoint: endpoint.addr,
+                guard: Some(Box::new(req)),
+                headers,
+            })
+        }
+        Err(Wait::NoPods) => Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("revision {}/{} has no ready pod", b.namespace, b.name),
+        )),
+        Err(Wait::Busy) => Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "revision {}/{} had no free pod within its timeout",
+                b.namespace, b.name
+            ),
+        )),
     }
 }
 
@@ -312,7 +392,7 @@ pub fn start(informers: &Arc<Informers>, node_ip: Option<std::net::IpAddr>) -> A
     );
     let installer = Arc::new(Installer::default());
     let activator = Activator::new(informers.client(), pool.store(), node_ip, installer.clone());
-    let router = Arc::new(Router::new(Some(Arc::new(activator))));
+    let router = Arc::new(Router::new(Some(Arc::new(activator)), node_ip));
     tokio::spawn(run(router.clone(), informers.clone()));
     tokio::spawn(install_requirements(installer, informers.clone()));
     router
@@ -447,5 +527,59 @@ mod tests {
         router.rebuild(&[], &[revision("x")], &[]);
         assert!(router.route("hello.default.example.com").is_none());
         assert_eq!(router.stats().len(), 1);
+    }
+
+    /// With a containerConcurrency, a pod on another node is reached through that node's
+    /// router, with the revision named in a header; without one, straight.
+    #[tokio::test]
+    async fn limited_revisions_go_through_the_pods_node() {
+        let mut route = Route::new("cc", RouteSpec::default());
+        route.metadata.namespace = Some("default".into());
+        route.status = Some(RouteStatus {
+            url: Some("http://cc.default.example.com".into()),
+            traffic: vec![TrafficTarget {
+                revision_name: Some("cc-00001".into()),
+                percent: Some(100),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let mut rev = Revision::new("cc-00001", RevisionSpec::default());
+        rev.metadata.namespace = Some("default".into());
+        rev.spec.container_concurrency = Some(1);
+        let on = |ip: &str, host: &str| -> Arc<Pod> {
+            let mut p = (*pod("cc-00001", ip)).clone();
+            p.status.as_mut().unwrap().host_ip = Some(host.into());
+            Arc::new(p)
+        };
+        let router = Router::new(None, Some("172.30.0.1".parse().unwrap()));
+        router.rebuild(
+            &[Arc::new(route)],
+            &[Arc::new(rev)],
+            &[
+                on("10.244.0.5", "172.30.0.1"),
+                on("10.244.1.5", "172.30.0.2"),
+            ],
+        );
+        let first = router
+            .route("cc.default.example.com")
+            .unwrap()
+            .await
+            .unwrap();
+        let second = router
+            .route("cc.default.example.com")
+            .unwrap()
+            .await
+            .unwrap();
+        let mut got = [first, second];
+        got.sort_by_key(|p| p.endpoint);
+        assert_eq!(got[0].endpoint.to_string(), "10.244.0.5:8080");
+        assert!(got[0].headers.is_empty());
+        assert_eq!(got[1].endpoint.to_string(), "172.30.0.2:8080");
+        assert_eq!(got[1].headers[0].1, "default/cc-00001");
+        // The other node's router serves it from its own pods only.
+        let local = router.route_local("default", "cc-00001").unwrap();
+        drop(got);
+        assert_eq!(local.await.unwrap().endpoint.to_string(), "10.244.0.5:8080");
     }
 }

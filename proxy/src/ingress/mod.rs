@@ -86,7 +86,7 @@ impl Proxy {
 
     /// Forwards one request: 404 when no rule matches, 503 when the backend has no ready
     /// endpoint, 502 when the endpoint fails.
-    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let host = forward::request_host(&req);
         let path = req
             .uri()
@@ -99,7 +99,10 @@ impl Proxy {
             .and_then(|h| h.pick(&routes::bare_host(&host)));
         let (endpoint, guard) = match picked {
             Some(pick) => match pick.await {
-                Ok(p) => (p.endpoint, p.guard),
+                Ok(p) => {
+                    p.apply(&mut req);
+                    (p.endpoint, p.guard)
+                }
                 Err((status, why)) => return plain(status, &why),
             },
             None => match self.route_ingress(&self.routes(), &host, req.uri().path()) {
@@ -126,11 +129,21 @@ impl Proxy {
     }
 }
 
-/// Where a request for one of [`HostRoutes`]' hosts goes, and what to hold while it is in
-/// flight.
+/// Where a request for one of [`HostRoutes`]' hosts goes, what to hold while it is in
+/// flight, and headers to add to it.
 pub struct Picked {
     pub endpoint: SocketAddr,
     pub guard: Option<Guard>,
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+}
+
+impl Picked {
+    /// Adds the headers to `req`.
+    pub fn apply<B>(&self, req: &mut Request<B>) {
+        for (name, value) in &self.headers {
+            req.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
 }
 
 /// The answer of [`HostRoutes::pick`]: an endpoint, or the status and text to answer with.

@@ -31,11 +31,13 @@ pub async fn run(cluster: &ClientArgs, args: LogsArgs) -> anyhow::Result<()> {
     let cluster = cluster.connect().await?;
     let pods: Api<Pod> = Api::namespaced(cluster.client, &cluster.namespace);
     let selector = format!("{}={}", labels::FUNCTION, args.name);
+    // Pods whose container has not started yet have no logs (kubectl logs would fail).
     let mut names: Vec<String> = pods
         .list(&ListParams::default().labels(&selector))
         .await?
         .items
         .iter()
+        .filter(|p| started(p))
         .map(|p| p.name_any())
         .collect();
     if names.is_empty() {
@@ -65,6 +67,16 @@ pub async fn run(cluster: &ClientArgs, args: LogsArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether the function's container has run (running now, or terminated).
+fn started(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == CONTAINER))
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
 }
 
 async fn print_log(
