@@ -80,7 +80,7 @@ impl Gateway {
         })
     }
 
-    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let target = req
             .uri()
             .path_and_query()
@@ -127,7 +127,6 @@ impl Gateway {
         let Some(pick) = self.router.route(host) else {
             return plain(StatusCode::NOT_FOUND, "function has no route");
         };
-        let mut req = req;
         if !call.asynchronous {
             return match pick.await {
                 Ok(p) => {

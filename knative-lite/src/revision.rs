@@ -19,6 +19,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use minik8s_controllers::informers::{Cache, Informers};
 use minik8s_controllers::util::controller_ref::{controller_ref, is_controlled_by, owners_of};
+use minik8s_controllers::util::pods as util_pods;
 use minik8s_controllers::util::reconciler::{Error, Reconciler};
 
 use crate::conditions::{self, REVISION};
@@ -234,7 +235,10 @@ async fn reconcile(rev: Arc<Revision>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                 && p.labels().get(labels::REVISION) == Some(&name)
         })
         .collect();
-    let ready = pods.iter().filter(|p| crate::router::pod_ready(p)).count() as i32;
+    let ready = pods
+        .iter()
+        .filter(|p| util_pods::is_active(p) && util_pods::is_ready(p))
+        .count() as i32;
     status.desired_replicas = Some(desired);
     status.actual_replicas = Some(ready);
     let conditions = &mut status.status.conditions;

@@ -80,14 +80,23 @@ pub struct Forwarder {
     client: HttpClient<HttpConnector, RequestBody>,
 }
 
+/// A pooled HTTP/1.1 client to pods and nodes, with request bodies of type `B`.
+pub fn http_client<B>() -> HttpClient<HttpConnector, B>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
+    let mut connector = HttpConnector::new();
+    // A request's head and body go in separate writes: without this, Nagle's algorithm
+    // and the endpoint's delayed ACK hold the body for 40 ms.
+    connector.set_nodelay(true);
+    HttpClient::builder(TokioExecutor::new()).build(connector)
+}
+
 impl Default for Forwarder {
     fn default() -> Self {
-        let mut connector = HttpConnector::new();
-        // A request's head and body go in separate writes: without this, Nagle's algorithm
-        // and the endpoint's delayed ACK hold the body for 40 ms.
-        connector.set_nodelay(true);
         Forwarder {
-            client: HttpClient::builder(TokioExecutor::new()).build(connector),
+            client: http_client(),
         }
     }
 }

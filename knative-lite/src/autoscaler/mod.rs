@@ -19,7 +19,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::ResourceExt;
@@ -27,6 +26,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use minik8s_controllers::informers::{Cache, Informers};
+use minik8s_controllers::util::pods;
 use tracing::Instrument;
 
 use crate::conditions;
@@ -58,7 +58,7 @@ struct StatsBody {
 impl Scraper {
     fn new() -> Scraper {
         Scraper {
-            http: HttpClient::builder(TokioExecutor::new()).build_http(),
+            http: minik8s_proxy::forward::http_client(),
             last: HashMap::new(),
         }
     }
@@ -169,7 +169,7 @@ impl Autoscaler {
                 .as_ref()
                 .and_then(|s| s.ready_replicas)
                 .unwrap_or(0);
-            let taken_ready = taken.iter().filter(|p| crate::router::pod_ready(p)).count() as i32;
+            let taken_ready = taken.iter().filter(|p| pods::is_ready(p)).count() as i32;
             let params = Params::for_revision(&config, rev);
             let sample = samples.get(&key).copied().unwrap_or_default();
             let decision = self

@@ -20,7 +20,7 @@ use minik8s_controllers::util::controller_ref::{controller_ref, owners_of};
 use minik8s_controllers::util::reconciler::{Error, Reconciler};
 
 use super::validate::{self, Validator};
-use super::{DEFAULT_HANDLER, Function, FunctionStatus, PYTHON3, env, labels, packages, pool};
+use super::{DEFAULT_HANDLER, Function, PYTHON3, env, labels, packages, pool};
 use crate::conditions::{self, FUNCTION, READY};
 use crate::route::SYSTEM_NAMESPACE;
 use crate::serving::{RevisionSpec, RevisionTemplateSpec, Service, ServiceSpec};
@@ -267,11 +267,4 @@ pub async fn run(informers: Arc<Informers>) {
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
         .await
-}
-
-impl FunctionStatus {
-    /// Whether the Function's condition `ty` is True.
-    pub fn is(&self, ty: &str) -> bool {
-        conditions::is_true(&self.status.conditions, ty)
-    }
 }

@@ -13,7 +13,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -97,14 +96,12 @@ impl Activator {
         node_ip: Option<IpAddr>,
         packages: Arc<Installer>,
     ) -> Activator {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
         Activator {
             client,
             pool,
             node_ip,
             busy: Mutex::new(HashSet::new()),
-            http: HttpClient::builder(TokioExecutor::new()).build(connector),
+            http: minik8s_proxy::forward::http_client(),
             packages,
         }
     }

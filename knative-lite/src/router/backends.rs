@@ -192,10 +192,6 @@ impl Backends {
         self.changed.notify_waiters();
     }
 
-    pub fn has_pods(&self) -> bool {
-        !self.lock().pods.is_empty()
-    }
-
     /// Counts a request in: it waits for a pod from here on. `counted`: in the autoscaler's
     /// counters (not for a request another node's router sent, which that router counts).
     pub fn arrive(self: &Arc<Self>, counted: bool) -> InFlight {

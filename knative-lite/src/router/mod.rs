@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 use minik8s_controllers::informers::Informers;
+use minik8s_controllers::util::pods;
 use minik8s_proxy::cache::poke_on_change;
 use minik8s_proxy::ingress::{HostRoutes, PickFuture, Picked};
 use tokio::sync::Notify;
@@ -80,14 +81,9 @@ fn host_of(url: &str) -> Option<String> {
     Some(rest.split(['/', ':']).next()?.to_lowercase())
 }
 
+/// Ready, and not on its way out: a pod requests may go to.
 pub fn pod_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-            .is_some_and(|c| c.status == "True")
+    pods::is_active(pod) && pods::is_ready(pod)
 }
 
 /// A revision's `containerConcurrency`; 0: no limit.
