@@ -16,6 +16,10 @@
 #                                 if none answers): cold starts of a Function (pool) and of a
 #                                 Knative Service, the router's added latency and throughput
 #                                 against the pod itself, a 0 -> 200 clients step, back to zero.
+#   hack/bench.sh hpa [ARGS...]   HorizontalPodAutoscaler: on the running cluster (hack/up.sh starts
+#                                 one if none answers), a CPU load step: time to the first rescale,
+#                                 to the final count, and back to minReplicas once idle; then on a
+#                                 server of its own, controller CPU per sync at 1,000 HPAs.
 #   hack/bench.sh proxy [ARGS...] The proxier (iptables; --mode nftables) with 1k and 10k Services
 #                                 in a network namespace it creates: render and restore time,
 #                                 ruleset size, API write to rule in the kernel for one change.
@@ -24,7 +28,7 @@ source "$(dirname "$0")/lib.sh"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
 usage() {
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 build_release() {
@@ -68,6 +72,17 @@ case "$cmd" in
     build_release minik8s-bench
     log "running the functions benchmark (a few minutes)"
     "$TARGET_DIR/release/minik8s-bench" functions --kubeconfig "$DATA_DIR/admin.kubeconfig" "$@"
+    ;;
+  hpa)
+    install_packages
+    PORT="${MINIK8S_PORT:-6443}"
+    if ! curl -skf "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then
+      "$REPO_ROOT/hack/up.sh"
+    fi
+    build_release minik8s minik8s-bench
+    log "running the HPA benchmark (several minutes)"
+    "$TARGET_DIR/release/minik8s-bench" hpa --kubeconfig "$DATA_DIR/admin.kubeconfig" \
+      --server-bin "$TARGET_DIR/release/minik8s" "$@"
     ;;
   proxy)
     build_release minik8s-bench

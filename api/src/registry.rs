@@ -213,6 +213,17 @@ const BUILT_IN: &[Def] = &[
     .short(&["hpa"])
     .categories(ALL)
     .sub(&["status"]),
+    // The same objects as autoscaling/v2 (see `kinds::hpa::v1`).
+    def(
+        "autoscaling",
+        "v1",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        true,
+    )
+    .short(&["hpa"])
+    .categories(ALL)
+    .sub(&["status"]),
     def("networking.k8s.io", "v1", "Ingress", "ingresses", true)
         .short(&["ing"])
         .sub(&["status"]),

@@ -107,7 +107,13 @@ impl ApiError {
         } else {
             format!("{kind}.{group}")
         };
-        let list = errors.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        // Upstream's message lists each error once (`ErrorList.ToAggregate`); causes list all.
+        let mut list: Vec<String> = Vec::new();
+        for e in errors.iter().map(|e| e.to_string()) {
+            if !list.contains(&e) {
+                list.push(e);
+            }
+        }
         let message = match list.len() {
             0 => format!("{qualified_kind} \"{name}\" is invalid"),
             1 => format!("{qualified_kind} \"{name}\" is invalid: {}", list[0]),

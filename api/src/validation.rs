@@ -223,12 +223,11 @@ pub fn path_segment_name(s: &str) -> Vec<String> {
     if s == "." || s == ".." {
         return vec![format!("may not be '{s}'")];
     }
-    for bad in ["/", "%"] {
-        if s.contains(bad) {
-            return vec![format!("may not contain '{bad}'")];
-        }
-    }
-    Vec::new()
+    ["/", "%"]
+        .into_iter()
+        .filter(|bad| s.contains(bad))
+        .map(|bad| format!("may not contain '{bad}'"))
+        .collect()
 }
 
 fn qualified_name_part(s: &str) -> bool {

@@ -1,9 +1,12 @@
 //! Which Rust type serves which built-in resource. The resource table in `minik8s_api`
-//! says what exists; this says how each is typed, for storage and for OpenAPI alike.
+//! says what exists; this says how each is typed, for storage and for OpenAPI alike. A kind
+//! served at a second version (autoscaling/v1 HorizontalPodAutoscalers) is a `Converted`
+//! registry over the same keys as its stored version.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler as HorizontalPodAutoscalerV1;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -17,6 +20,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use minik8s_api::conversion::{Converted, Convertible};
 use minik8s_api::strategy::{BuiltIn, Kind};
 use schemars::JsonSchema;
 
@@ -90,6 +94,23 @@ fn plain<K: Kind + JsonSchema>(server: &ApiServer) {
     serve(server, registry::<K>(server), None);
 }
 
+/// Serves `V`, another version of objects stored as `V::Hub`: the same keys, so one
+/// resourceVersion and one watch history, and the hub's rules through conversion. Callers
+/// that want the registry by type ask for the hub's.
+fn converted<V: Convertible + JsonSchema>(server: &ApiServer) {
+    let registry = crate::admission::namespaced(
+        GenericRegistry::new(
+            Converted::<V>::new(typed::info::<V>()),
+            server.store.clone(),
+        ),
+        &server.options.admission,
+        server.options.namespaces.as_ref(),
+    );
+    let endpoint = ResourceEndpoint::new(Arc::new(registry), server.options.clone());
+    server.openapi.register_type::<V>();
+    server.register(Arc::new(endpoint.with_schema(KindSchema::of::<V>())));
+}
+
 pub fn register(server: &ApiServer) {
     let accounts = Arc::new(ServiceAccountExtension {
         auth: server.auth.clone(),
@@ -116,6 +137,7 @@ pub fn register(server: &ApiServer) {
     plain::<Job>(server);
     plain::<CronJob>(server);
     plain::<HorizontalPodAutoscaler>(server);
+    converted::<HorizontalPodAutoscalerV1>(server);
     plain::<Ingress>(server);
     plain::<IngressClass>(server);
     plain::<EndpointSlice>(server);

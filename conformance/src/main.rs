@@ -5,6 +5,7 @@
 //! Every suite works in its own namespace, `conf-<suite>-<run id>`, created before its first
 //! case and removed after its last (finalized through `/finalize` if nothing else empties it).
 
+mod hpa;
 mod incluster;
 mod knative;
 mod kubectl;
@@ -78,6 +79,7 @@ pub enum Suite {
     KubeRs,
     Python,
     Knative,
+    Hpa,
 }
 
 impl Suite {
@@ -87,6 +89,7 @@ impl Suite {
             Suite::KubeRs => "kube-rs".into(),
             Suite::Python => "python".into(),
             Suite::Knative => "knative".into(),
+            Suite::Hpa => "hpa".into(),
         }
     }
 
@@ -96,6 +99,7 @@ impl Suite {
             Suite::KubeRs => kubers::CASES.iter().map(|(n, _)| *n).collect(),
             Suite::Python => python::CASES.to_vec(),
             Suite::Knative => knative::CASES.iter().map(|(n, _)| *n).collect(),
+            Suite::Hpa => hpa::CASES.iter().map(|(n, _)| *n).collect(),
         }
     }
 }
@@ -140,7 +144,7 @@ async fn main() -> anyhow::Result<()> {
         args.kubectl.clone()
     };
     // Python and kube-rs first: they have set-up work to overlap with the kubectl suites.
-    let mut suites = vec![Suite::Python, Suite::KubeRs, Suite::Knative];
+    let mut suites = vec![Suite::Hpa, Suite::Python, Suite::KubeRs, Suite::Knative];
     suites.extend(
         binaries
             .iter()
@@ -218,6 +222,7 @@ async fn main() -> anyhow::Result<()> {
                 Suite::KubeRs => kubers::run(&env).await,
                 Suite::Python => python::run(&env).await,
                 Suite::Knative => knative::run(&env).await,
+                Suite::Hpa => hpa::run(&env).await,
             }
         });
     }

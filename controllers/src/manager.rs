@@ -20,6 +20,8 @@ pub struct ControllerManagerOptions {
     pub node_ipam: crate::nodeipam::NodeIpamConfig,
     /// The contents of `--root-ca-file`: the CA bundle published in every namespace.
     pub root_ca: Option<String>,
+    /// The `--horizontal-pod-autoscaler-*` flags.
+    pub hpa: crate::podautoscaler::HpaOptions,
 }
 
 impl Default for ControllerManagerOptions {
@@ -29,6 +31,7 @@ impl Default for ControllerManagerOptions {
             leader_elect: true,
             node_ipam: Default::default(),
             root_ca: None,
+            hpa: Default::default(),
         }
     }
 }
@@ -89,6 +92,7 @@ fn controllers() -> Vec<(&'static str, Starter)> {
 /// Started apart from `controllers()` because they take flags.
 const NODE_IPAM: &str = "node-ipam-controller";
 const ROOT_CA_PUBLISHER: &str = "root-ca-certificate-publisher-controller";
+const HPA: &str = "horizontal-pod-autoscaler-controller";
 
 async fn node_ipam(informers: Arc<Informers>, config: crate::nodeipam::NodeIpamConfig) {
     if let Err(e) = crate::nodeipam::run(informers, config).await {
@@ -108,6 +112,13 @@ pub async fn run_controllers(informers: Arc<Informers>, options: &ControllerMana
     if options.enabled(NODE_IPAM) {
         tracing::info!(controller = NODE_IPAM, "starting controller");
         set.spawn(node_ipam(informers.clone(), options.node_ipam.clone()));
+    }
+    if options.enabled(HPA) {
+        tracing::info!(controller = HPA, "starting controller");
+        set.spawn(crate::podautoscaler::run(
+            informers.clone(),
+            options.hpa.clone(),
+        ));
     }
     if options.enabled(ROOT_CA_PUBLISHER) {
         // As upstream, it runs only when there is a CA to publish.

@@ -8,12 +8,14 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use minik8s_apiserver::auth::{ClientCertIdentity, UserInfo};
 use minik8s_controllers::hollow::HollowConfig;
 use minik8s_controllers::manager::ControllerManagerOptions;
+use minik8s_controllers::podautoscaler::{CalculatorConfig, HpaOptions};
 use minik8s_controllers::scheduler::{SchedulerOptions, ScoringStrategy};
 use tower::ServiceExt;
 
@@ -30,6 +32,26 @@ pub struct ControllerManagerArgs {
     /// (`server` publishes its own CA without it).
     #[arg(long)]
     pub root_ca_file: Option<PathBuf>,
+    /// How often each HorizontalPodAutoscaler is synced.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_sync_period: Duration,
+    /// The ratio of usage to target within which the HPA does not scale.
+    #[arg(long, default_value_t = 0.1)]
+    pub horizontal_pod_autoscaler_tolerance: f64,
+    /// How far back the HPA looks for a higher recommendation before scaling down (HPAs
+    /// without a behavior).
+    #[arg(long, default_value = "5m0s", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_downscale_stabilization: Duration,
+    /// How long after a pod starts its CPU samples may be skipped.
+    #[arg(long, default_value = "5m0s", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_cpu_initialization_period: Duration,
+    /// How long after a pod starts its readiness changes count as initial readiness.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_initial_readiness_delay: Duration,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    minik8s_controllers::util::duration::parse_flag(s)
 }
 
 impl ControllerManagerArgs {
@@ -45,6 +67,17 @@ impl ControllerManagerArgs {
             controllers: self.controllers.clone(),
             leader_elect: self.leader_elect,
             root_ca,
+            hpa: HpaOptions {
+                sync_period: self.horizontal_pod_autoscaler_sync_period,
+                calculator: CalculatorConfig {
+                    tolerance: self.horizontal_pod_autoscaler_tolerance,
+                    cpu_initialization_period: self
+                        .horizontal_pod_autoscaler_cpu_initialization_period,
+                    delay_of_initial_readiness_status: self
+                        .horizontal_pod_autoscaler_initial_readiness_delay,
+                },
+                downscale_stabilization: self.horizontal_pod_autoscaler_downscale_stabilization,
+            },
             ..Default::default()
         })
     }

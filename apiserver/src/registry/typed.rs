@@ -79,5 +79,9 @@ mod tests {
             info::<HorizontalPodAutoscaler>().plural,
             "horizontalpodautoscalers"
         );
+        assert_eq!(
+            info::<k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler>().api_version(),
+            "autoscaling/v1"
+        );
     }
 }

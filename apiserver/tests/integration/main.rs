@@ -5,6 +5,7 @@
 mod admission;
 mod compat;
 mod crd;
+mod hpa_versions;
 mod kube_client;
 mod layers;
 mod metrics_api;

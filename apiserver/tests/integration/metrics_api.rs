@@ -236,3 +236,203 @@ async fn node_and_pod_metrics_from_the_kubelet() {
         .await;
     assert_eq!(watch.status, StatusCode::METHOD_NOT_ALLOWED);
 }
+
+/// What kubectl sends for `kubectl get`.
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
+/// A Table's column names and its rows' cells.
+fn table(api_reply: testkit::Reply) -> (Vec<String>, Vec<Vec<Value>>) {
+    assert_eq!(api_reply.status, StatusCode::OK, "{:?}", api_reply.body);
+    let t = api_reply.json();
+    assert_eq!(t["kind"], "Table", "{t}");
+    assert_eq!(t["apiVersion"], "meta.k8s.io/v1");
+    let columns = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
+    let rows = t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            // kubectl's default includeObject: the object's metadata.
+            assert_eq!(r["object"]["kind"], "PartialObjectMetadata", "{r}");
+            r["cells"].as_array().unwrap().clone()
+        })
+        .collect();
+    (columns, rows)
+}
+
+fn first_cells(rows: &[Vec<Value>]) -> Vec<&str> {
+    rows.iter().map(|r| r[0].as_str().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn tables_openapi_and_deleted_nodes() {
+    let mut data_dir = PathBuf::new();
+    let api = InProcess::start_with(Backend::Sqlite, |c| data_dir = c.data_dir.clone())
+        .await
+        .unwrap();
+    let kubelet = Arc::new(Kubelet::default());
+    let port = fake_kubelet(data_dir, kubelet.clone()).await;
+    node(&api, "real", json!({"role": "worker"}), Some(port)).await;
+    // Another node object answered by the same fake kubelet.
+    node(&api, "gone", json!({"role": "worker"}), Some(port)).await;
+    pod(&api, "web", "real", json!({"app": "web"})).await;
+    pod(&api, "db", "real", json!({"app": "db"})).await;
+
+    // `kubectl get nodes.metrics.k8s.io`: metrics-server's columns.
+    let nodes = api
+        .get_accepting("/apis/metrics.k8s.io/v1beta1/nodes", TABLE)
+        .await;
+    let r = nodes.json();
+    let described: Vec<(&str, &str, &str)> = r["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["format"].as_str().unwrap(),
+                c["description"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        described,
+        [
+            ("Name", "name", "Name of the resource"),
+            ("cpu", "quantity", ""),
+            ("memory", "quantity", ""),
+            ("Window", "duration", "")
+        ]
+    );
+    let (columns, rows) = table(nodes);
+    assert_eq!(columns, ["Name", "cpu", "memory", "Window"]);
+    assert_eq!(first_cells(&rows), ["gone", "real"]);
+    for row in &rows {
+        assert!(row[1].as_str().unwrap().ends_with('n'), "{row:?}");
+        assert_eq!(row[2], "512Mi");
+        assert!(row[3].as_str().unwrap().ends_with('s'), "{row:?}");
+    }
+    let (_, one) = table(
+        api.get_accepting("/apis/metrics.k8s.io/v1beta1/nodes/real", TABLE)
+            .await,
+    );
+    assert_eq!(first_cells(&one), ["real"]);
+
+    // `kubectl get pods.metrics.k8s.io`: a pod's usage is its containers' together.
+    let (columns, rows) = table(
+        api.get_accepting(
+            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
+            TABLE,
+        )
+        .await,
+    );
+    assert_eq!(columns, ["Name", "cpu", "memory", "Window"]);
+    assert_eq!(first_cells(&rows), ["db", "web"]);
+    assert_eq!(rows[0][2], "4Mi");
+    assert_eq!(rows[1][2], "8Mi");
+    // Label selectors, as the HPA controller lists its target's pods, in every form.
+    for (selector, expected) in [
+        ("app%3Dweb", vec!["web"]),
+        ("app%20in%20(web,db)", vec!["db", "web"]),
+        ("app!%3Dweb", vec!["db"]),
+        ("app", vec!["db", "web"]),
+        ("app%3Dnone", vec![]),
+    ] {
+        for prefix in ["/namespaces/default", ""] {
+            let path =
+                format!("/apis/metrics.k8s.io/v1beta1{prefix}/pods?labelSelector={selector}");
+            let list = api.get(&path).await;
+            assert_eq!(list.status, StatusCode::OK, "{path}: {:?}", list.body);
+            assert_eq!(names(&list.json()), expected, "{path}");
+            let (_, rows) = table(api.get_accepting(&path, TABLE).await);
+            assert_eq!(first_cells(&rows), expected, "{path}");
+        }
+    }
+    let bad = api
+        .get("/apis/metrics.k8s.io/v1beta1/pods?labelSelector=app%3D%3D%3D")
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+
+    // `kubectl explain nodes.metrics.k8s.io`: the kinds in the group version's OpenAPI v3
+    // document, found by their GVK.
+    let index = api.get("/openapi/v3").await.json();
+    let url = index["paths"]["apis/metrics.k8s.io/v1beta1"]["serverRelativeURL"]
+        .as_str()
+        .expect("metrics.k8s.io/v1beta1 in the OpenAPI index")
+        .to_string();
+    let doc = api.get(&url).await;
+    assert_eq!(doc.status, StatusCode::OK);
+    let doc = doc.json();
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    let by_kind = |kind: &str| {
+        let gvk = json!({"group": "metrics.k8s.io", "version": "v1beta1", "kind": kind});
+        schemas
+            .iter()
+            .find(|(_, s)| {
+                s["x-kubernetes-group-version-kind"]
+                    .as_array()
+                    .is_some_and(|l| l.contains(&gvk))
+            })
+            .map(|(name, s)| (name.as_str(), s))
+            .unwrap_or_else(|| panic!("no schema for {kind}"))
+    };
+    let (name, node_schema) = by_kind("NodeMetrics");
+    assert_eq!(name, "io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetrics");
+    assert_eq!(
+        node_schema["description"],
+        "NodeMetrics sets resource usage metrics of a node."
+    );
+    for field in [
+        "apiVersion",
+        "kind",
+        "metadata",
+        "timestamp",
+        "window",
+        "usage",
+    ] {
+        assert!(
+            node_schema["properties"][field].is_object(),
+            "NodeMetrics.{field}"
+        );
+    }
+    let (name, list) = by_kind("NodeMetricsList");
+    assert_eq!(
+        name,
+        "io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetricsList"
+    );
+    assert_eq!(
+        list["properties"]["items"]["items"]["$ref"],
+        "#/components/schemas/io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetrics"
+    );
+    let (name, pod_schema) = by_kind("PodMetrics");
+    assert_eq!(name, "io.k8s.metrics.pkg.apis.metrics.v1beta1.PodMetrics");
+    by_kind("PodMetricsList");
+    assert!(pod_schema["properties"]["containers"].is_object());
+    let container = &schemas["io.k8s.metrics.pkg.apis.metrics.v1beta1.ContainerMetrics"];
+    assert!(container["properties"]["usage"].is_object(), "{container}");
+
+    // A deleted node is gone from the metrics; created again under its name, it is another
+    // node: scraped twice anew, not rated against the old object's readings.
+    let r = api.delete("/api/v1/nodes/gone").await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let list = api.get("/apis/metrics.k8s.io/v1beta1/nodes").await.json();
+    assert_eq!(names(&list), ["real"]);
+    let missing = api.get("/apis/metrics.k8s.io/v1beta1/nodes/gone").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    let (_, rows) = table(
+        api.get_accepting("/apis/metrics.k8s.io/v1beta1/nodes", TABLE)
+            .await,
+    );
+    assert_eq!(first_cells(&rows), ["real"]);
+    let before = kubelet.scrapes.load(Ordering::SeqCst);
+    node(&api, "gone", json!({"role": "worker"}), Some(port)).await;
+    let list = api.get("/apis/metrics.k8s.io/v1beta1/nodes").await.json();
+    assert_eq!(names(&list), ["gone", "real"]);
+    // (And "real" once more, on a machine slow enough to take its reuse period to get here.)
+    assert!(kubelet.scrapes.load(Ordering::SeqCst) >= before + 2);
+}

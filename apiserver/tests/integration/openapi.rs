@@ -106,6 +106,7 @@ async fn index_lists_served_group_versions() {
         "apis/apps/v1",
         "apis/batch/v1",
         "apis/autoscaling/v2",
+        "apis/autoscaling/v1",
     ] {
         let url = paths[gv]["serverRelativeURL"].as_str().unwrap();
         let (path, hash) = url.split_once("?hash=").unwrap();

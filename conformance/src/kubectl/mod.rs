@@ -24,6 +24,7 @@ use crate::Env;
 use crate::support::{self, CaseFn, contains, eventually, gone};
 
 mod applets;
+mod autoscale;
 mod knative;
 mod nonresource;
 
@@ -127,6 +128,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "crd-bad-schema" => crd_bad_schema,
     "raw-paths" => nonresource::raw_paths,
     "busybox-applets" => applets::busybox_applets,
+    "autoscale" => autoscale::autoscale,
     "knative-service" => knative::knative_service,
     "kubectl-fn" => knative::kubectl_fn,
 };

@@ -126,13 +126,16 @@ fn key(ev: &Event, regarding: &ObjectReference) -> String {
             r.field_path.as_deref().unwrap_or_default()
         )
     }
+    // The note too, as upstream's controllers' (core/v1) recorder aggregates: a repeat is
+    // the same message, while "New size: 3" and then "New size: 1" are two events.
     format!(
-        "{:?}\0{}\0{}\0{}\0{}",
+        "{:?}\0{}\0{}\0{}\0{}\0{}",
         ev.type_,
         ev.reason,
         ev.action,
         object(regarding),
-        ev.secondary.as_ref().map(object).unwrap_or_default()
+        ev.secondary.as_ref().map(object).unwrap_or_default(),
+        ev.note.as_deref().unwrap_or_default()
     )
 }
 

@@ -7,6 +7,7 @@
 mod api;
 mod functions;
 mod h2;
+mod hpa;
 mod pods;
 mod proc;
 mod proxy;
@@ -44,6 +45,9 @@ enum Command {
     /// knative-lite on a running cluster: cold starts, the router's added latency and
     /// throughput, a step of load with errors counted, time back to zero.
     Functions(functions::FunctionsArgs),
+    /// The HorizontalPodAutoscaler: a load step on the running cluster (first rescale, final
+    /// count, back to minReplicas) and the controller's CPU per sync at 1,000 HPAs.
+    Hpa(hpa::HpaArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -104,6 +108,7 @@ fn main() -> anyhow::Result<()> {
             Command::Proxy(args) => proxy::run(args).await,
             Command::Watchers(args) => watchers::run(args).await,
             Command::Functions(args) => functions::run(args).await,
+            Command::Hpa(args) => hpa::run(args).await,
         }
     })
 }

@@ -24,6 +24,11 @@ pub struct Server {
 
 impl Server {
     pub fn start(bin: &Path, etcd: bool) -> anyhow::Result<Server> {
+        Self::start_with(bin, etcd, &[])
+    }
+
+    /// [`Server::start`] with more flags for `minik8s server`.
+    pub fn start_with(bin: &Path, etcd: bool, extra: &[&str]) -> anyhow::Result<Server> {
         let etcd = if etcd {
             Some(Etcd::start().context("starting etcd")?)
         } else {
@@ -54,6 +59,7 @@ impl Server {
         if let Some(e) = &etcd {
             cmd.args(["--etcd-servers", &e.endpoint]);
         }
+        cmd.args(extra);
         let spawned = Instant::now();
         let child = cmd
             .spawn()

@@ -1,5 +1,10 @@
-//! autoscaling/v2 HorizontalPodAutoscalers: upstream's defaults (a CPU target, scaling
-//! behaviour) and validation of metrics and scaling rules.
+//! HorizontalPodAutoscalers, stored as autoscaling/v2 and also served as autoscaling/v1
+//! (`v1`): upstream's defaults (a CPU target, scaling behaviour), validation
+//! (`validation`) and printer. autoscaling/v1 objects take all of these rules through
+//! conversion to v2, so both versions behave as one kind.
+
+pub mod v1;
+mod validation;
 
 use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::MetricStatus;
@@ -13,7 +18,7 @@ use serde_json::Value;
 use crate::spec_and_status;
 use crate::strategy::Kind;
 use crate::table::{AGE, Column, NAME, Row, age, canonical_quantity, name, num, string, text};
-use crate::validation::{Errors, FieldError, Path};
+use crate::validation::{Errors, Path};
 
 impl Kind for HorizontalPodAutoscaler {
     const COLUMNS: &'static [Column] = HPA_COLUMNS;
@@ -21,9 +26,10 @@ impl Kind for HorizontalPodAutoscaler {
     spec_and_status!();
 
     fn default_fields(&mut self) {
-        let Some(spec) = self.spec.as_mut() else {
-            return;
-        };
+        // What autoscaling/v1 carries in annotations is no part of the object (upstream's
+        // conversion to the internal version drops them).
+        v1::drop_round_trip_annotations(&mut self.metadata);
+        let spec = self.spec.get_or_insert_with(Default::default);
         spec.min_replicas.get_or_insert(1);
         if spec.metrics.as_ref().is_none_or(|m| m.is_empty()) {
             spec.metrics = Some(vec![MetricSpec {
@@ -74,82 +80,22 @@ impl Kind for HorizontalPodAutoscaler {
     }
 
     fn validate(&self, errs: &mut Errors) {
-        let sp = Path::new("spec");
-        let Some(spec) = &self.spec else {
-            errs.push(FieldError::required(&sp, ""));
-            return;
-        };
-        let min = spec.min_replicas.unwrap_or(1);
-        if min < 1 {
-            errs.push(FieldError::invalid(
-                &sp.child("minReplicas"),
-                min,
-                "must be greater than or equal to 1",
-            ));
+        let spec = self.spec.clone().unwrap_or_default();
+        validation::validate_spec(&spec, &Path::new("spec"), 1, errs);
+    }
+
+    /// The spec is validated when it changes: a status write (which keeps the spec) is
+    /// validated as upstream's status strategy does, on the status alone, and an object
+    /// stored under older rules stays writable. An object already scaling to zero may keep
+    /// `minReplicas: 0`.
+    fn validate_update(&self, old: &Self, errs: &mut Errors) {
+        if self.spec != old.spec {
+            let spec = self.spec.clone().unwrap_or_default();
+            let old_min = old.spec.as_ref().and_then(|s| s.min_replicas);
+            let lower_bound = if old_min == Some(0) { 0 } else { 1 };
+            validation::validate_spec(&spec, &Path::new("spec"), lower_bound, errs);
         }
-        if spec.max_replicas < 1 {
-            errs.push(FieldError::invalid(
-                &sp.child("maxReplicas"),
-                spec.max_replicas,
-                "must be greater than 0",
-            ));
-        } else if spec.max_replicas < min {
-            errs.push(FieldError::invalid(
-                &sp.child("maxReplicas"),
-                spec.max_replicas,
-                "must be greater than or equal to `minReplicas`",
-            ));
-        }
-        let target = sp.child("scaleTargetRef");
-        if spec.scale_target_ref.kind.is_empty() {
-            errs.push(FieldError::required(&target.child("kind"), ""));
-        }
-        if spec.scale_target_ref.name.is_empty() {
-            errs.push(FieldError::required(&target.child("name"), ""));
-        }
-        const TYPES: &[&str] = &[
-            "ContainerResource",
-            "External",
-            "Object",
-            "Pods",
-            "Resource",
-        ];
-        for (i, m) in spec.metrics.iter().flatten().enumerate() {
-            let mp = sp.child("metrics").index(i);
-            if !TYPES.contains(&m.type_.as_str()) {
-                errs.push(FieldError::not_supported(
-                    &mp.child("type"),
-                    &m.type_,
-                    TYPES,
-                ));
-                continue;
-            }
-            if m.type_ == "Resource" {
-                match &m.resource {
-                    None => errs.push(FieldError::required(
-                        &mp.child("resource"),
-                        "must populate information for the given metric source",
-                    )),
-                    Some(r) => {
-                        let t = &r.target;
-                        match (t.average_utilization, &t.average_value) {
-                            (None, None) => errs.push(FieldError::required(
-                                &mp.child("resource").child("target"),
-                                "must set either a target raw value or a target utilization",
-                            )),
-                            (Some(u), _) if u < 1 => errs.push(FieldError::invalid(
-                                &mp.child("resource")
-                                    .child("target")
-                                    .child("averageUtilization"),
-                                u,
-                                "must be greater than 0",
-                            )),
-                            _ => {}
-                        }
-                    }
-                }
-            }
-        }
+        validation::validate_status(&self.status.clone().unwrap_or_default(), errs);
     }
 
     fn row(&self, now: Timestamp) -> Row {

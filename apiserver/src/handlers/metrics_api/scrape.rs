@@ -1,86 +1,47 @@
-//! `metrics.k8s.io/v1beta1`, what `kubectl top` reads: served by the API server itself instead
-//! of an aggregated metrics-server, with metrics-server's semantics. Usage comes from each
-//! node's kubelet (`/stats/summary`), scraped when asked for and at most once per resolution
-//! period; CPU is a rate over the cumulative CPU time of the last two scrapes, so a node is
-//! scraped twice, a second apart, the first time it is asked about. Nodes, pods and containers
-//! without two samples are left out of lists and are NotFound to a get, as in metrics-server.
-//! Only nodes that advertise a kubelet endpoint are scraped (hollow nodes do not).
+//! Readings from kubelets and the rates made of them. A node is scraped when asked about, at
+//! most once per reuse period, and its last two scrapes are kept: CPU is a rate over the
+//! cumulative CPU time between them, so the first time a node is asked about it is scraped
+//! twice, a second apart.
+//!
+//! What is kept belongs to one node object: a node deleted and created again under the same
+//! name starts over instead of having a rate computed against its predecessor's counters, and
+//! nodes that are gone are forgotten, so the histories do not grow with every node the cluster
+//! ever had. Pods are matched by namespace and name, as metrics-server matches them (a static
+//! pod's uid on the kubelet is not its mirror pod's): each scrape holds only the pods the
+//! kubelet still runs, and a pod re-created under the same name has containers started anew,
+//! which have no rate until read twice.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use axum::body::Body;
-use axum::response::Response;
-use http::{Method, StatusCode};
+use http::Method;
 use http_body_util::BodyExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use minik8s_api::selector::{FieldSelector, Selector};
-use minik8s_api::validation::NameRule;
-use minik8s_api::{ApiError, ResourceInfo, Target};
-use serde::{Deserialize, Serialize};
+use minik8s_api::ApiError;
+use serde::Deserialize;
 
-use super::connect;
-use super::render;
-use super::request::Verb;
-use super::resource::{ApiRequest, Endpoint};
+use super::super::connect;
+use super::{API_VERSION, ContainerMetrics, NodeMetrics, PodMetrics};
 use crate::kubelet::kubelet_address;
-use crate::registry::generic::ListQuery;
 use crate::server::ApiServer;
 
-const GROUP: &str = "metrics.k8s.io";
-const VERSION: &str = "v1beta1";
-
 /// How long a scrape stays current (metrics-server's default `--metric-resolution`).
-const RESOLUTION: Duration = Duration::from_secs(15);
+pub const RESOLUTION: Duration = Duration::from_secs(15);
+/// How old a stored scrape may be and still answer: a little under the resolution, so that a
+/// caller asking once per resolution (the HPA controller, every 15 s) gets a new reading each
+/// time instead of every other time, whatever the kubelet's answer time and the caller's
+/// timer add, and never one older than the resolution.
+pub const REUSE: Duration = Duration::from_secs(RESOLUTION.as_secs() - 2);
 /// The gap between the two first scrapes of a node: a rate needs two readings.
 const FIRST_WINDOW: Duration = Duration::from_secs(1);
 /// How long a kubelet may take to answer (metrics-server's default `--kubelet-request-timeout`
 /// is 10s).
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `metrics.k8s.io/v1beta1` NodeMetrics.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeMetrics {
-    pub kind: String,
-    pub api_version: String,
-    pub metadata: ObjectMeta,
-    pub timestamp: Time,
-    pub window: String,
-    pub usage: BTreeMap<String, Quantity>,
-}
-
-/// `metrics.k8s.io/v1beta1` PodMetrics.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct PodMetrics {
-    pub kind: String,
-    pub api_version: String,
-    pub metadata: ObjectMeta,
-    pub timestamp: Time,
-    pub window: String,
-    pub containers: Vec<ContainerMetrics>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct ContainerMetrics {
-    pub name: String,
-    pub usage: BTreeMap<String, Quantity>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct List<T> {
-    kind: &'static str,
-    api_version: String,
-    metadata: BTreeMap<String, String>,
-    items: Vec<T>,
-}
 
 /// The part of the kubelet's Summary API (`statsapi.Summary`) metrics are made of.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -279,10 +240,6 @@ pub fn go_duration(d: Duration) -> String {
     }
 }
 
-fn time(t: Timestamp) -> Time {
-    Time(t)
-}
-
 fn usage_map(u: &Usage) -> BTreeMap<String, Quantity> {
     BTreeMap::from([
         ("cpu".to_string(), cpu_quantity(u.cpu_nano_cores)),
@@ -295,20 +252,29 @@ impl History {
         Some((self.last.as_ref()?, self.prev.as_ref()?))
     }
 
+    /// Whether the stored scrapes answer a request made at `now` without scraping again.
+    fn reusable(&self, now: Timestamp) -> bool {
+        self.prev.is_some()
+            && self
+                .last
+                .as_ref()
+                .is_some_and(|l| now.duration_since(l.at).unsigned_abs() < REUSE)
+    }
+
     /// The node's metrics, if there are two readings of it.
     pub fn node_metrics(&self, node: &Node) -> Option<NodeMetrics> {
         let (last, prev) = self.pair()?;
         let u = usage(last.node.as_ref()?, last.at, prev.node.as_ref()?, prev.at)?;
         Some(NodeMetrics {
             kind: "NodeMetrics".into(),
-            api_version: format!("{GROUP}/{VERSION}"),
+            api_version: API_VERSION.into(),
             metadata: ObjectMeta {
                 name: node.metadata.name.clone(),
                 labels: node.metadata.labels.clone(),
-                creation_timestamp: Some(time(Timestamp::now())),
+                creation_timestamp: Some(Time(Timestamp::now())),
                 ..Default::default()
             },
-            timestamp: time(u.at),
+            timestamp: Time(u.at),
             window: go_duration(u.window),
             usage: usage_map(&u),
         })
@@ -342,15 +308,15 @@ impl History {
         let e = earliest?;
         Some(PodMetrics {
             kind: "PodMetrics".into(),
-            api_version: format!("{GROUP}/{VERSION}"),
+            api_version: API_VERSION.into(),
             metadata: ObjectMeta {
                 name: pod.metadata.name.clone(),
                 namespace: pod.metadata.namespace.clone(),
                 labels: pod.metadata.labels.clone(),
-                creation_timestamp: Some(time(Timestamp::now())),
+                creation_timestamp: Some(Time(Timestamp::now())),
                 ..Default::default()
             },
-            timestamp: time(e.at),
+            timestamp: Time(e.at),
             window: go_duration(e.window),
             containers,
         })
@@ -362,40 +328,83 @@ impl History {
     }
 }
 
-/// Nodes' scrape histories, each behind its own lock so that one slow kubelet does not hold
-/// up the others.
+/// The history of one node object.
+struct Entry {
+    uid: String,
+    history: Arc<tokio::sync::Mutex<History>>,
+}
+
+/// Nodes' scrape histories by name, each behind its own lock so that one slow kubelet does
+/// not hold up the others.
 #[derive(Default)]
 pub struct Scraper {
-    nodes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<History>>>>,
+    nodes: Mutex<HashMap<String, Entry>>,
+    /// When the histories were last checked against the nodes that exist.
+    pruned: Mutex<Option<Instant>>,
 }
 
 impl Scraper {
-    fn entry(&self, node: &str) -> Arc<tokio::sync::Mutex<History>> {
+    /// The history of this node object: a new one when the name was another object's.
+    fn entry(&self, node: &Node) -> Arc<tokio::sync::Mutex<History>> {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let uid = node.metadata.uid.as_deref().unwrap_or_default();
+        let mut nodes = self.nodes.lock().expect("scraper lock");
+        match nodes.get(name) {
+            Some(e) if e.uid == uid => e.history.clone(),
+            _ => {
+                let history = Arc::default();
+                let entry = Entry {
+                    uid: uid.to_string(),
+                    history: Arc::clone(&history),
+                };
+                nodes.insert(name.to_string(), entry);
+                history
+            }
+        }
+    }
+
+    /// Whether a resolution has passed since the histories were last pruned; if so, the
+    /// caller is to prune them now.
+    pub fn prune_due(&self) -> bool {
+        let mut pruned = self.pruned.lock().expect("scraper prune lock");
+        if pruned.is_some_and(|at| at.elapsed() < RESOLUTION) {
+            return false;
+        }
+        *pruned = Some(Instant::now());
+        true
+    }
+
+    /// Forgets every node not in `live`, by name and uid.
+    pub fn retain(&self, live: &HashMap<String, String>) {
         self.nodes
             .lock()
             .expect("scraper lock")
-            .entry(node.to_string())
-            .or_default()
-            .clone()
+            .retain(|name, e| live.get(name) == Some(&e.uid));
     }
 
-    /// The node's history, scraped anew when its last scrape is older than the resolution
-    /// (and twice when there was none). `None` for a node whose kubelet is not reachable.
-    async fn history(&self, server: &ApiServer, node: &Node) -> Option<History> {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let entry = self.entry(&name);
+    /// The names of the nodes with a history.
+    #[cfg(test)]
+    fn known(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .nodes
+            .lock()
+            .expect("scraper lock")
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The node's history, scraped anew unless its scrapes are reusable (and twice when there
+    /// was none). `None` for a node whose kubelet is not reachable.
+    pub async fn history(&self, server: &ApiServer, node: &Node) -> Option<History> {
+        let entry = self.entry(node);
         let mut h = entry.lock().await;
-        let fresh = |h: &History| {
-            h.last.as_ref().is_some_and(|l| {
-                Timestamp::now()
-                    .duration_since(l.at)
-                    .unsigned_abs()
-                    .lt(&RESOLUTION)
-            })
-        };
-        if h.prev.is_some() && fresh(&h) {
+        if h.reusable(Timestamp::now()) {
             return Some(h.clone());
         }
+        let name = node.metadata.name.as_deref().unwrap_or_default();
         let mut s = match scrape(server, node).await {
             Ok(s) => s,
             Err(e) => {
@@ -414,7 +423,7 @@ impl Scraper {
 }
 
 /// Whether the node advertises a kubelet to scrape.
-fn has_kubelet(node: &Node) -> bool {
+pub fn has_kubelet(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.daemon_endpoints.as_ref())
@@ -453,211 +462,6 @@ async fn scrape(server: &ApiServer, node: &Node) -> Result<Sample, ApiError> {
     Ok(Sample::new(Timestamp::now(), &summary))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Nodes,
-    Pods,
-}
-
-pub struct MetricsEndpoint {
-    info: ResourceInfo,
-    kind: Kind,
-    server: Weak<ApiServer>,
-    scraper: Arc<Scraper>,
-}
-
-fn info(kind: &str, plural: &str, namespaced: bool) -> ResourceInfo {
-    ResourceInfo {
-        group: GROUP.into(),
-        version: VERSION.into(),
-        kind: kind.into(),
-        list_kind: format!("{kind}List"),
-        plural: plural.into(),
-        singular: String::new(),
-        namespaced,
-        short_names: vec![],
-        categories: vec![],
-        verbs: vec!["get".into(), "list".into()],
-        subresources: vec![],
-        name_rule: NameRule::Dns1123Subdomain,
-    }
-}
-
-/// Serves `nodes` and `pods` of `metrics.k8s.io/v1beta1`, sharing one scraper.
-pub fn register(server: &Arc<ApiServer>) {
-    let scraper = Arc::new(Scraper::default());
-    for (kind, plural, namespaced, k) in [
-        ("NodeMetrics", "nodes", false, Kind::Nodes),
-        ("PodMetrics", "pods", true, Kind::Pods),
-    ] {
-        server.register(Arc::new(MetricsEndpoint {
-            info: info(kind, plural, namespaced),
-            kind: k,
-            server: Arc::downgrade(server),
-            scraper: scraper.clone(),
-        }));
-    }
-}
-
-fn list_query(req: &ApiRequest) -> Result<ListQuery, ApiError> {
-    let labels = match req.param("labelSelector") {
-        Some(s) => Selector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?,
-        None => Selector::everything(),
-    };
-    let fields = match req.param("fieldSelector") {
-        Some(s) => FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.0))?,
-        None => FieldSelector::default(),
-    };
-    Ok(ListQuery {
-        labels,
-        fields,
-        ..Default::default()
-    })
-}
-
-fn list_response<T: Serialize>(req: &ApiRequest, kind: &'static str, items: Vec<T>) -> Response {
-    render::write_response(
-        &req.headers,
-        StatusCode::OK,
-        &List {
-            kind,
-            api_version: format!("{GROUP}/{VERSION}"),
-            metadata: BTreeMap::new(),
-            items,
-        },
-    )
-}
-
-impl MetricsEndpoint {
-    async fn node_metrics(&self, server: &ApiServer, nodes: &[Node]) -> Vec<NodeMetrics> {
-        let scraped = futures::future::join_all(nodes.iter().filter(|n| has_kubelet(n)).map(
-            |n| async move {
-                let h = self.scraper.history(server, n).await?;
-                h.node_metrics(n)
-            },
-        ))
-        .await;
-        scraped.into_iter().flatten().collect()
-    }
-
-    async fn pod_metrics(
-        &self,
-        server: &ApiServer,
-        pods: &[Pod],
-    ) -> Result<Vec<PodMetrics>, ApiError> {
-        let node_names: std::collections::BTreeSet<String> = pods
-            .iter()
-            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-            .filter(|n| !n.is_empty())
-            .collect();
-        let nodes = server.registry::<Node>();
-        let histories = futures::future::join_all(node_names.iter().map(|name| {
-            let nodes = &nodes;
-            async move {
-                let node = nodes.get(None, name).await.ok()?;
-                if !has_kubelet(&node) {
-                    return None;
-                }
-                Some((name.clone(), self.scraper.history(server, &node).await?))
-            }
-        }))
-        .await;
-        let histories: BTreeMap<String, History> = histories.into_iter().flatten().collect();
-        let mut out: Vec<PodMetrics> = pods
-            .iter()
-            .filter_map(|p| {
-                let node = p.spec.as_ref()?.node_name.as_ref()?;
-                histories.get(node)?.pod_metrics(p)
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name)
-                .cmp(&(&b.metadata.namespace, &b.metadata.name))
-        });
-        Ok(out)
-    }
-
-    async fn dispatch(&self, req: &ApiRequest) -> Result<Response, ApiError> {
-        let server = self
-            .server
-            .upgrade()
-            .ok_or_else(|| ApiError::internal("the server is shutting down"))?;
-        let t = &req.target;
-        let resource = match self.kind {
-            Kind::Nodes => "nodemetrics",
-            Kind::Pods => "podmetrics",
-        };
-        let target = Target {
-            group: GROUP,
-            resource,
-            name: t.name.as_deref().unwrap_or_default(),
-        };
-        if t.subresource.is_some() {
-            return Err(ApiError::path_not_found());
-        }
-        match (&t.verb, self.kind) {
-            (Verb::Get, Kind::Nodes) => {
-                let node: Node = server.registry::<Node>().get(None, req.name()).await?;
-                let m = self
-                    .node_metrics(&server, std::slice::from_ref(&node))
-                    .await;
-                let m = m
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| ApiError::not_found(target))?;
-                Ok(render::write_response(&req.headers, StatusCode::OK, &m))
-            }
-            (Verb::List, Kind::Nodes) => {
-                let nodes = server
-                    .registry::<Node>()
-                    .list(None, &list_query(req)?)
-                    .await?;
-                let mut items = self.node_metrics(&server, &nodes.items).await;
-                items.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-                Ok(list_response(req, "NodeMetricsList", items))
-            }
-            (Verb::Get, Kind::Pods) => {
-                let ns = req.namespace().unwrap_or_default();
-                let pod: Pod = server.registry::<Pod>().get(Some(ns), req.name()).await?;
-                let m = self
-                    .pod_metrics(&server, std::slice::from_ref(&pod))
-                    .await?;
-                let qualified = format!("{ns}/{}", req.name());
-                let m = m.into_iter().next().ok_or_else(|| {
-                    ApiError::not_found(Target {
-                        name: &qualified,
-                        ..target
-                    })
-                })?;
-                Ok(render::write_response(&req.headers, StatusCode::OK, &m))
-            }
-            (Verb::List, Kind::Pods) => {
-                let pods = server
-                    .registry::<Pod>()
-                    .list(req.namespace(), &list_query(req)?)
-                    .await?;
-                let items = self.pod_metrics(&server, &pods.items).await?;
-                Ok(list_response(req, "PodMetricsList", items))
-            }
-            (verb, _) => Err(ApiError::method_not_supported(target, verb.as_str())),
-        }
-    }
-}
-
-#[async_trait]
-impl Endpoint for MetricsEndpoint {
-    fn info(&self) -> &ResourceInfo {
-        &self.info
-    }
-
-    async fn serve(&self, req: ApiRequest) -> Response {
-        match self.dispatch(&req).await {
-            Ok(resp) => resp,
-            Err(e) => render::error_response(&req.headers, &e),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -678,23 +482,33 @@ mod tests {
         Timestamp::from_millisecond(1_700_000_000_000 + ms).unwrap()
     }
 
-    fn named<T: Default>(f: impl FnOnce(&mut T, ObjectMeta), name: &str, ns: Option<&str>) -> T {
-        let mut t = T::default();
-        f(
-            &mut t,
-            ObjectMeta {
-                name: Some(name.into()),
-                namespace: ns.map(Into::into),
-                ..Default::default()
-            },
-        );
-        t
+    fn meta(name: &str, ns: Option<&str>, uid: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: ns.map(Into::into),
+            uid: Some(uid.into()),
+            ..Default::default()
+        }
+    }
+
+    fn node(name: &str, uid: &str) -> Node {
+        Node {
+            metadata: meta(name, None, uid),
+            ..Default::default()
+        }
+    }
+
+    fn pod(name: &str) -> Pod {
+        Pod {
+            metadata: meta(name, Some("ns"), "u"),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn rates_need_two_readings_of_the_same_instance() {
-        let node: Node = named(|n: &mut Node, m| n.metadata = m, "n", None);
-        let pod: Pod = named(|p: &mut Pod, m| p.metadata = m, "p", Some("ns"));
+        let node = node("n", "n1");
+        let pod = pod("p");
         let mut h = History::default();
         h.push(Sample::new(at(0), &summary(1_000_000_000, 0, "s1")));
         assert!(h.node_metrics(&node).is_none());
@@ -714,15 +528,59 @@ mod tests {
         assert_eq!(p.containers[0].name, "c");
         assert_eq!(p.containers[0].usage["cpu"], Quantity("50m".into()));
         assert_eq!(p.containers[0].usage["memory"], Quantity("1000".into()));
-        // A restarted container has no rate until it is read twice again.
+        // A restarted container (or the container of a pod re-created under the same name) has
+        // no rate until it is read twice again.
         h.push(Sample::new(at(3000), &summary(2_500_000_000, 1_000, "s2")));
         assert!(h.pod_metrics(&pod).is_none());
         assert_eq!(
             h.node_metrics(&node).unwrap().usage["cpu"],
             Quantity("500m".into())
         );
-        let other: Pod = named(|p: &mut Pod, m| p.metadata = m, "q", Some("ns"));
-        assert!(h.pod_metrics(&other).is_none());
+        assert!(h.pod_metrics(&self::pod("q")).is_none());
+    }
+
+    #[test]
+    fn a_caller_every_resolution_gets_a_new_reading_each_time() {
+        let mut h = History::default();
+        assert!(!h.reusable(at(0)));
+        h.push(Sample::new(at(0), &summary(0, 0, "s")));
+        // One reading makes no rate: scrape again however recent it is.
+        assert!(!h.reusable(at(10)));
+        h.push(Sample::new(at(1000), &summary(1, 1, "s")));
+        assert!(h.reusable(at(1000)));
+        assert!(h.reusable(at(1000 + REUSE.as_millis() as i64 - 1)));
+        // Asked again a resolution after the last scrape, even a little early: a new one.
+        let early = RESOLUTION.as_millis() as i64 - 1500;
+        assert!(!h.reusable(at(1000 + early)));
+        assert!(!h.reusable(at(1000 + RESOLUTION.as_millis() as i64)));
+        assert!(REUSE < RESOLUTION);
+    }
+
+    #[test]
+    fn deleted_and_recreated_nodes_are_forgotten() {
+        let scraper = Scraper::default();
+        let a = scraper.entry(&node("a", "a1"));
+        scraper.entry(&node("b", "b1"));
+        // The same node object: the same history.
+        assert!(Arc::ptr_eq(&a, &scraper.entry(&node("a", "a1"))));
+        // Deleted and created again under the same name: a history of its own.
+        let again = scraper.entry(&node("a", "a2"));
+        assert!(!Arc::ptr_eq(&a, &again));
+        assert_eq!(scraper.known(), ["a", "b"]);
+        // "b" deleted; "a" is the object "a2" now: an old uid is not kept alive either.
+        scraper.retain(&HashMap::from([("a".to_string(), "a2".to_string())]));
+        assert_eq!(scraper.known(), ["a"]);
+        scraper.retain(&HashMap::from([("a".to_string(), "a3".to_string())]));
+        assert_eq!(scraper.known(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn pruning_is_due_once_per_resolution() {
+        let scraper = Scraper::default();
+        assert!(scraper.prune_due());
+        assert!(!scraper.prune_due());
+        *scraper.pruned.lock().unwrap() = Instant::now().checked_sub(RESOLUTION);
+        assert!(scraper.prune_due());
     }
 
     #[test]
