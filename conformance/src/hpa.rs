@@ -36,6 +36,8 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
 
 /// Two sync periods and a metrics resolution, with room for a busy machine.
 const SCALED: Duration = Duration::from_secs(120);
+/// How long the pods of `cpu-up-and-down` burn CPU, from the Deployment's creation.
+const LOAD_SECONDS: i64 = 150;
 
 pub struct Ctx {
     client: kube::Client,
@@ -57,7 +59,7 @@ pub async fn run(env: &Arc<Env>) {
         CASES,
         &env.selection,
         &env.report,
-        Duration::from_secs(300),
+        Duration::from_secs(420),
     )
     .await;
     support::remove_namespace(&ctx.client, &ctx.ns, &[]).await;
@@ -383,7 +385,10 @@ async fn scale_overridden(c: &Ctx) -> anyhow::Result<()> {
 /// minReplicas.
 async fn cpu_up_and_down(c: &Ctx) -> anyhow::Result<()> {
     let (steps, watch) = c.watch_steps("burn");
-    c.create::<Deployment>(burner("burn", 1, Some(now_unix() + 60)))
+    // Long enough for a loaded machine to start the pods and measure them twice; the
+    // scale-down is waited for from the end of the load.
+    let load_end = now_unix() + LOAD_SECONDS;
+    c.create::<Deployment>(burner("burn", 1, Some(load_end)))
         .await?;
     c.create::<HorizontalPodAutoscaler>(hpa(
         "burn",
@@ -412,9 +417,13 @@ async fn cpu_up_and_down(c: &Ctx) -> anyhow::Result<()> {
         "status: {}",
         status_text(&h)
     );
-    c.hpa_until("burn", SCALED, "ScaleDownStabilized after the load", |h| {
-        has_condition(h, "AbleToScale", "True", "ScaleDownStabilized")
-    })
+    let load_left = Duration::from_secs(load_end.saturating_sub(now_unix()).max(0) as u64);
+    c.hpa_until(
+        "burn",
+        load_left + SCALED,
+        "ScaleDownStabilized after the load",
+        |h| has_condition(h, "AbleToScale", "True", "ScaleDownStabilized"),
+    )
     .await?;
     c.replicas_until("burn", 1, SCALED).await?;
     c.event_until(

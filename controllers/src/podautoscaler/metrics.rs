@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Client;
+use kube::api::ListParams;
 use minik8s_api::quantity::Quantity as Parsed;
 use serde::Deserialize;
 
@@ -55,15 +56,21 @@ pub async fn list(
     namespace: &str,
     selector: &str,
 ) -> Result<Vec<PodMetrics>, MetricsError> {
-    let path = format!(
-        "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods?labelSelector={}",
-        form_encode(selector)
-    );
-    let request = http::Request::get(path)
-        .body(Vec::new())
-        .map_err(|e| MetricsError::Fetch(kube::Error::HttpError(e)))?;
+    let request = list_request(namespace, selector)
+        .map_err(|e| MetricsError::Fetch(kube::Error::BuildRequest(e)))?;
     let list: PodMetricsList = client.request(request).await.map_err(MetricsError::Fetch)?;
     Ok(list.items)
+}
+
+/// The list request, built (and its selector encoded) by kube's request builder.
+fn list_request(
+    namespace: &str,
+    selector: &str,
+) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
+    kube::core::Request::new(format!(
+        "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods"
+    ))
+    .list(&ListParams::default().labels(selector))
 }
 
 /// Usage of `resource` per pod, in thousandths (millicores, millibytes), with the time and
@@ -132,20 +139,6 @@ pub fn milli_quantity(value: i64) -> Quantity {
     Quantity(text)
 }
 
-/// Percent-encodes a query value (selectors hold `=`, `,`, `!` and parentheses).
-fn form_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +193,18 @@ mod tests {
         assert_eq!(milli_quantity(250).0, "250m");
         assert_eq!(milli_quantity(1000).0, "1");
         assert_eq!(milli_quantity(52_428_800_000).0, "52428800");
-        assert_eq!(form_encode("app=a,b!=c"), "app%3Da%2Cb%21%3Dc");
+        let request = list_request("ns", "app=a,b!=c").unwrap();
+        assert_eq!(
+            request.uri().path(),
+            "/apis/metrics.k8s.io/v1beta1/namespaces/ns/pods"
+        );
+        let query: Vec<&str> = request
+            .uri()
+            .query()
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .collect();
+        assert_eq!(query, ["labelSelector=app%3Da%2Cb%21%3Dc"]);
     }
 }

@@ -701,8 +701,19 @@ async fn port_forward_uid(
 }
 
 /// The summary now, read from the runtime and the host.
+/// What a summary holds: `CpuAndMemory` is upstream's `only_cpu_and_memory=true`
+/// (`GetCPUAndMemoryStats`), which metrics scrapes ask for every resolution: no filesystem
+/// or log sizes, the per-container runtime calls they take being most of a summary's cost on
+/// a node with many containers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum SummaryScope {
+    Full,
+    CpuAndMemory,
+}
+
 pub async fn collect_summary(
     k: &KubeletServer,
+    scope: SummaryScope,
 ) -> Result<stats::Summary, crate::runtime::RuntimeError> {
     let rt = &k.shared.runtime;
     let sandboxes = rt.list_pod_sandboxes().await?;
@@ -711,7 +722,12 @@ pub async fn collect_summary(
     // Older runtimes lack sandbox stats: pods are then the sum of their containers.
     let sandbox_stats = rt.list_pod_sandbox_stats().await.unwrap_or_default();
     let now = jiff::Timestamp::now().as_nanosecond() as i64;
-    let image_fs = rt.image_fs_info().await.ok().and_then(|info| {
+    let full = scope == SummaryScope::Full;
+    let image_fs = match full {
+        true => rt.image_fs_info().await.ok(),
+        false => None,
+    }
+    .and_then(|info| {
         let usage = info.image_filesystems.into_iter().next()?;
         let mount = usage.fs_id.as_ref().map(|f| f.mountpoint.clone())?;
         let mut fs = stats::fs_stats(std::path::Path::new(&mount), now).unwrap_or_default();
@@ -720,16 +736,18 @@ pub async fn collect_summary(
         fs.inodes_used = usage.inodes_used.map(|v| v.value);
         Some(fs)
     });
-    let mut log_bytes = std::collections::BTreeMap::new();
-    for c in containers
+    let running: Vec<&str> = containers
         .iter()
-        .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
-    {
-        if let Ok(st) = rt.container_status(&c.id).await
-            && let Some(p) = logs::log_file(&st.log_path)
-            && let Ok(m) = std::fs::metadata(&p)
-        {
-            log_bytes.insert(c.id.clone(), m.len());
+        .filter(|c| full && c.state == cri::ContainerState::ContainerRunning as i32)
+        .map(|c| c.id.as_str())
+        .collect();
+    let mut log_bytes = std::collections::BTreeMap::new();
+    for ids in running.chunks(8) {
+        let sizes = futures::future::join_all(ids.iter().map(|id| log_size(rt, id))).await;
+        for (id, size) in ids.iter().zip(sizes) {
+            if let Some(size) = size {
+                log_bytes.insert(id.to_string(), size);
+            }
         }
     }
     let previous = *k.cpu.lock().expect("cpu sample");
@@ -756,14 +774,26 @@ pub async fn collect_summary(
     }))
 }
 
+/// The size of a running container's log file.
+async fn log_size(rt: &Arc<dyn crate::runtime::Runtime>, id: &str) -> Option<u64> {
+    let status = rt.container_status(id).await.ok()?;
+    Some(
+        std::fs::metadata(logs::log_file(&status.log_path)?)
+            .ok()?
+            .len(),
+    )
+}
+
 async fn summary(
     State(k): State<Arc<KubeletServer>>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    match collect_summary(&k).await {
-        Ok(s) if stream_flag(&query, "only_cpu_and_memory") => {
-            json(&stats::cpu_and_memory_only(&s))
-        }
+    let scope = match stream_flag(&query, "only_cpu_and_memory") {
+        true => SummaryScope::CpuAndMemory,
+        false => SummaryScope::Full,
+    };
+    match collect_summary(&k, scope).await {
+        Ok(s) if scope == SummaryScope::CpuAndMemory => json(&stats::cpu_and_memory_only(&s)),
         Ok(s) => json(&s),
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -773,7 +803,7 @@ async fn summary(
 }
 
 async fn metrics_resource(State(k): State<Arc<KubeletServer>>) -> Response {
-    let summary = collect_summary(&k).await;
+    let summary = collect_summary(&k, SummaryScope::CpuAndMemory).await;
     if let Err(e) = &summary {
         tracing::warn!(error = %e, "collecting resource metrics failed");
     }
