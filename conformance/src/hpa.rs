@@ -37,7 +37,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
 /// Two sync periods and a metrics resolution, with room for a busy machine.
 const SCALED: Duration = Duration::from_secs(120);
 /// How long the pods of `cpu-up-and-down` burn CPU, from the Deployment's creation.
-const LOAD_SECONDS: i64 = 150;
+const LOAD_SECONDS: i64 = 60;
 
 pub struct Ctx {
     client: kube::Client,
