@@ -700,7 +700,6 @@ async fn port_forward_uid(
     forward(k, ns, name, Some(uid), req).await
 }
 
-/// The summary now, read from the runtime and the host.
 /// What a summary holds: `CpuAndMemory` is upstream's `only_cpu_and_memory=true`
 /// (`GetCPUAndMemoryStats`), which metrics scrapes ask for every resolution: no filesystem
 /// or log sizes, the per-container runtime calls they take being most of a summary's cost on
@@ -711,6 +710,7 @@ pub enum SummaryScope {
     CpuAndMemory,
 }
 
+/// The summary now, read from the runtime and the host.
 pub async fn collect_summary(
     k: &KubeletServer,
     scope: SummaryScope,
@@ -723,11 +723,12 @@ pub async fn collect_summary(
     let sandbox_stats = rt.list_pod_sandbox_stats().await.unwrap_or_default();
     let now = jiff::Timestamp::now().as_nanosecond() as i64;
     let full = scope == SummaryScope::Full;
-    let image_fs = match full {
-        true => rt.image_fs_info().await.ok(),
-        false => None,
-    }
-    .and_then(|info| {
+    let image_fs = if full {
+        rt.image_fs_info().await.ok()
+    } else {
+        None
+    };
+    let image_fs = image_fs.and_then(|info| {
         let usage = info.image_filesystems.into_iter().next()?;
         let mount = usage.fs_id.as_ref().map(|f| f.mountpoint.clone())?;
         let mut fs = stats::fs_stats(std::path::Path::new(&mount), now).unwrap_or_default();
@@ -736,18 +737,13 @@ pub async fn collect_summary(
         fs.inodes_used = usage.inodes_used.map(|v| v.value);
         Some(fs)
     });
-    let running: Vec<&str> = containers
+    let mut log_bytes = std::collections::BTreeMap::new();
+    for c in containers
         .iter()
         .filter(|c| full && c.state == cri::ContainerState::ContainerRunning as i32)
-        .map(|c| c.id.as_str())
-        .collect();
-    let mut log_bytes = std::collections::BTreeMap::new();
-    for ids in running.chunks(8) {
-        let sizes = futures::future::join_all(ids.iter().map(|id| log_size(rt, id))).await;
-        for (id, size) in ids.iter().zip(sizes) {
-            if let Some(size) = size {
-                log_bytes.insert(id.to_string(), size);
-            }
+    {
+        if let Some(size) = log_size(rt, &c.id).await {
+            log_bytes.insert(c.id.clone(), size);
         }
     }
     let previous = *k.cpu.lock().expect("cpu sample");
