@@ -395,7 +395,7 @@ async fn cpu_up_and_down(c: &Ctx) -> anyhow::Result<()> {
         1,
         3,
         cpu_utilization(50),
-        Some(json!({"scaleDown": {"stabilizationWindowSeconds": 30}})),
+        Some(json!({"scaleDown": {"stabilizationWindowSeconds": 60}})),
     ))
     .await?;
     c.replicas_until("burn", 3, SCALED).await?;

@@ -1,5 +1,7 @@
 //! Pod-level cgroups (cgroup v1, cgroupfs layout) that the kubelet creates and removes itself:
-//! containerd puts each container under its pod's cgroup but never removes the pod's.
+//! containerd puts each container under its pod's cgroup but never removes the pod's. The
+//! containers' usage is read here too ([`usage`]): the files answer at once whatever load the
+//! runtime is under.
 
 use std::path::{Path, PathBuf};
 
@@ -83,4 +85,71 @@ pub fn remove(root: &Path, cgroup: &str) -> std::io::Result<()> {
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// What a cgroup has used: cumulative CPU time and the memory working set (usage less the
+/// inactive page cache, as cAdvisor and containerd count it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_ns: u64,
+    pub memory_usage: u64,
+    pub working_set: u64,
+    pub rss: Option<u64>,
+}
+
+/// Reads a cgroup's usage from the `cpuacct` and `memory` hierarchies under `root`; `None`
+/// when either is missing (the container is gone).
+pub fn usage(root: &Path, cgroup: &str) -> Option<Usage> {
+    let rel = cgroup.trim_start_matches('/');
+    let number =
+        |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    let cpu_ns = number(root.join("cpuacct").join(rel).join("cpuacct.usage"))?;
+    let memory = root.join("memory").join(rel);
+    let memory_usage = number(memory.join("memory.usage_in_bytes"))?;
+    let stat = std::fs::read_to_string(memory.join("memory.stat")).unwrap_or_default();
+    let field = |name: &str| {
+        stat.lines().find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == name).then(|| v.trim().parse::<u64>().ok()).flatten()
+        })
+    };
+    let inactive = field("total_inactive_file").unwrap_or(0);
+    Some(Usage {
+        cpu_ns,
+        memory_usage,
+        working_set: memory_usage.saturating_sub(inactive),
+        rss: field("total_rss"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_is_read_from_cpuacct_and_memory() {
+        let root = tempfile::tempdir().unwrap();
+        let cg = "kubepods/burstable/poda/c1";
+        let cpu = root.path().join("cpuacct").join(cg);
+        let mem = root.path().join("memory").join(cg);
+        assert_eq!(usage(root.path(), cg), None);
+        std::fs::create_dir_all(&cpu).unwrap();
+        std::fs::create_dir_all(&mem).unwrap();
+        std::fs::write(cpu.join("cpuacct.usage"), "1500000000\n").unwrap();
+        assert_eq!(usage(root.path(), cg), None);
+        std::fs::write(mem.join("memory.usage_in_bytes"), "10485760\n").unwrap();
+        std::fs::write(
+            mem.join("memory.stat"),
+            "cache 4096\nrss 100\ninactive_file 7\ntotal_rss 8388608\ntotal_inactive_file 2097152\n",
+        )
+        .unwrap();
+        let u = usage(root.path(), &format!("/{cg}")).unwrap();
+        assert_eq!(u.cpu_ns, 1_500_000_000);
+        assert_eq!(u.memory_usage, 10 * 1024 * 1024);
+        assert_eq!(u.working_set, 8 * 1024 * 1024);
+        assert_eq!(u.rss, Some(8 * 1024 * 1024));
+        // More inactive cache than usage (a race between the two reads): zero, not a wrap.
+        std::fs::write(mem.join("memory.stat"), "total_inactive_file 20971520\n").unwrap();
+        assert_eq!(usage(root.path(), cg).unwrap().working_set, 0);
+    }
 }

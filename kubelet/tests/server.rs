@@ -109,6 +109,10 @@ async fn start() -> Env {
         dir.path().join("none.sock"),
     );
     config.cgroups_path = dir.path().join("cgroup");
+    // The hierarchies the kubelet makes pod cgroups in and reads usage from.
+    for controller in ["cpuacct", "memory"] {
+        std::fs::create_dir_all(config.cgroups_path.join(controller)).unwrap();
+    }
     let (wake, _) = tokio::sync::mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         volumes: minik8s_kubelet::volumes::VolumeManager::new(
@@ -326,6 +330,32 @@ async fn kubelet_api_directly() {
             writable_layer_bytes: 100,
         },
     );
+    // The CPU-and-memory summary (`/metrics/resource`, metrics scrapes) reads the container's
+    // cgroup, in the pod cgroup the kubelet made: the same numbers there.
+    let config = &env.shared.config;
+    let root = config.cgroup_root.trim_matches('/');
+    let pod_dir = ["", "burstable/", "besteffort/"]
+        .iter()
+        .map(|qos| format!("{root}/{qos}pod{}", uid.replace('-', "_")))
+        .find(|cg| config.cgroups_path.join("cpuacct").join(cg).is_dir())
+        .expect("the pod's cgroup");
+    for (controller, file, value) in [
+        ("cpuacct", "cpuacct.usage", "1500000000\n"),
+        ("memory", "memory.usage_in_bytes", "8192\n"),
+        (
+            "memory",
+            "memory.stat",
+            "total_rss 4096\ntotal_inactive_file 4096\n",
+        ),
+    ] {
+        let dir = config
+            .cgroups_path
+            .join(controller)
+            .join(&pod_dir)
+            .join(&c_id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(file), value).unwrap();
+    }
     let ok = env.apiserver_client();
     let mut k = env.kubelet(Some(&ok)).await.unwrap();
 

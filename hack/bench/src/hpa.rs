@@ -187,7 +187,7 @@ async fn load_step_in(client: &kube::Client, ns: &str, args: &HpaArgs) -> anyhow
     let step_at = Instant::now() + Duration::from_secs(lead as u64);
     tokio::time::sleep_until(step_at.into()).await;
     let deadline = step_at + Duration::from_secs(args.load_seconds as u64);
-    let at_max = wait_for(&seen, |r| r >= args.max_replicas, deadline).await;
+    let at_max = wait_for(&seen, step_at, |r| r >= args.max_replicas, deadline).await;
     let first = seen
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -211,7 +211,13 @@ async fn load_step_in(client: &kube::Client, ns: &str, args: &HpaArgs) -> anyhow
     }
     let idle_at = step_at + Duration::from_secs(args.load_seconds as u64);
     tokio::time::sleep_until(idle_at.into()).await;
-    let back = wait_for(&seen, |r| r == 1, idle_at + Duration::from_secs(180)).await;
+    let back = wait_for(
+        &seen,
+        idle_at,
+        |r| r == 1,
+        idle_at + Duration::from_secs(180),
+    )
+    .await;
     match back {
         Some(at) => println!(
             "back to minReplicas: {:.1} s after the load ended (scale-down window 0 s)",
@@ -232,8 +238,10 @@ async fn load_step_in(client: &kube::Client, ns: &str, args: &HpaArgs) -> anyhow
 }
 
 /// When the replicas first satisfied `ok`, waiting until `deadline`.
+/// When the replicas first met `ok` at or after `since`, waiting until `deadline`.
 async fn wait_for(
     seen: &Mutex<Vec<(Instant, i32)>>,
+    since: Instant,
     ok: impl Fn(i32) -> bool,
     deadline: Instant,
 ) -> Option<Instant> {
@@ -242,7 +250,7 @@ async fn wait_for(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .find(|(_, r)| ok(*r))
+            .find(|(at, r)| *at >= since && ok(*r))
             .map(|(at, _)| *at);
         if hit.is_some() {
             return hit;
@@ -339,7 +347,13 @@ async fn controller_cost(args: &HpaArgs) -> anyhow::Result<()> {
     let first = Instant::now();
     loop {
         let list = hpas.list(&ListParams::default()).await?;
-        let synced = list.items.iter().filter(|h| h.status.is_some()).count();
+        // A status comes with every HPA (desiredReplicas is always written); its conditions
+        // only from the controller.
+        let synced = list
+            .items
+            .iter()
+            .filter(|h| h.status.as_ref().is_some_and(|s| s.conditions.is_some()))
+            .count();
         if synced >= n {
             break;
         }

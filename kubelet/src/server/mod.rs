@@ -702,8 +702,8 @@ async fn port_forward_uid(
 
 /// What a summary holds: `CpuAndMemory` is upstream's `only_cpu_and_memory=true`
 /// (`GetCPUAndMemoryStats`), which metrics scrapes ask for every resolution: no filesystem
-/// or log sizes, the per-container runtime calls they take being most of a summary's cost on
-/// a node with many containers.
+/// or log sizes, and containers' usage read from their cgroups rather than the runtime (see
+/// [`stats::cgroup_container_stats`]) on a node whose host the kubelet manages.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum SummaryScope {
     Full,
@@ -716,13 +716,29 @@ pub async fn collect_summary(
     scope: SummaryScope,
 ) -> Result<stats::Summary, crate::runtime::RuntimeError> {
     let rt = &k.shared.runtime;
-    let sandboxes = rt.list_pod_sandboxes().await?;
-    let containers = rt.list_containers().await?;
-    let container_stats = rt.list_container_stats().await?;
-    // Older runtimes lack sandbox stats: pods are then the sum of their containers.
-    let sandbox_stats = rt.list_pod_sandbox_stats().await.unwrap_or_default();
-    let now = jiff::Timestamp::now().as_nanosecond() as i64;
+    let config = &k.shared.config;
     let full = scope == SummaryScope::Full;
+    let (sandboxes, containers) = tokio::join!(rt.list_pod_sandboxes(), rt.list_containers());
+    let (sandboxes, containers) = (sandboxes?, containers?);
+    let now = jiff::Timestamp::now().as_nanosecond() as i64;
+    let (container_stats, sandbox_stats) = if !full && config.manage_host {
+        // Pods are then the sum of their containers.
+        let stats = stats::cgroup_container_stats(
+            &config.cgroups_path,
+            &config.cgroup_root,
+            &sandboxes,
+            &containers,
+            now,
+        );
+        (stats, Vec::new())
+    } else {
+        let (container_stats, sandbox_stats) = tokio::join!(
+            listed_again(|| rt.list_container_stats()),
+            listed_again(|| rt.list_pod_sandbox_stats()),
+        );
+        // Older runtimes lack sandbox stats: pods are then the sum of their containers.
+        (container_stats?, sandbox_stats.unwrap_or_default())
+    };
     let image_fs = if full {
         rt.image_fs_info().await.ok()
     } else {
@@ -770,6 +786,30 @@ pub async fn collect_summary(
     }))
 }
 
+/// How many times a stats list is asked for before its error is the answer.
+const STATS_ATTEMPTS: u32 = 3;
+
+/// A stats list, asked for again when it failed: containerd fails the whole list when a
+/// container is removed while it reads them ("failed to get container ID: ... not found"),
+/// which a node with pods coming and going hits on many scrapes; the next list no longer has
+/// that container.
+async fn listed_again<T, F, Fut>(mut list: F) -> Result<T, crate::runtime::RuntimeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, crate::runtime::RuntimeError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match list().await {
+            Err(e) if attempt < STATS_ATTEMPTS => {
+                tracing::debug!(error = %e, attempt, "listing stats failed; listing again");
+                attempt += 1;
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// The size of a running container's log file.
 async fn log_size(rt: &Arc<dyn crate::runtime::Runtime>, id: &str) -> Option<u64> {
     let status = rt.container_status(id).await.ok()?;
@@ -814,6 +854,31 @@ async fn metrics_resource(State(k): State<Arc<KubeletServer>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn stats_lists_are_asked_for_again_when_they_fail() {
+        let gone = || crate::runtime::RuntimeError {
+            operation: "ListContainerStats",
+            code: tonic::Code::Unknown,
+            message: "failed to get container ID: abc: not found".into(),
+        };
+        // Fails once (a container went away during the list), then answers.
+        let calls = std::cell::Cell::new(0);
+        let list = || {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move { if n == 1 { Err(gone()) } else { Ok(n) } }
+        };
+        assert_eq!(listed_again(list).await.unwrap(), 2);
+        // Keeps failing: the error, after STATS_ATTEMPTS lists.
+        calls.set(0);
+        let list = || {
+            calls.set(calls.get() + 1);
+            async { Err::<u32, _>(gone()) }
+        };
+        assert!(listed_again(list).await.is_err());
+        assert_eq!(calls.get(), STATS_ATTEMPTS);
+    }
 
     #[test]
     fn identities() {

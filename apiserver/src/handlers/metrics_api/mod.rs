@@ -26,7 +26,7 @@ use minik8s_api::{ApiError, ResourceInfo, Target};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use self::scrape::{History, Scraper, has_kubelet};
+use self::scrape::{History, Scraper, Timing, has_kubelet, kubelet_source};
 use self::table::MetricsPrinter;
 use super::openapi::{Gvk, KindSchema};
 use super::render::{self, Render, Renderer};
@@ -134,7 +134,10 @@ fn info(kind: &str, plural: &str, namespaced: bool) -> ResourceInfo {
 /// Serves `nodes` and `pods` of `metrics.k8s.io/v1beta1`, sharing one scraper, and describes
 /// their kinds in OpenAPI (the list kinds are described from the items).
 pub fn register(server: &Arc<ApiServer>) {
-    let scraper = Arc::new(Scraper::default());
+    let scraper = Arc::new(Scraper::new(
+        kubelet_source(Arc::downgrade(server)),
+        Timing::default(),
+    ));
     for (kind, plural, namespaced, k) in [
         ("NodeMetrics", "nodes", false, Kind::Nodes),
         ("PodMetrics", "pods", true, Kind::Pods),
@@ -230,7 +233,7 @@ impl MetricsEndpoint {
         self.prune(server).await;
         let scraped = futures::future::join_all(nodes.iter().filter(|n| has_kubelet(n)).map(
             |n| async move {
-                let h = self.scraper.history(server, n).await?;
+                let h = self.scraper.history(n).await?;
                 h.node_metrics(n)
             },
         ))
@@ -253,7 +256,7 @@ impl MetricsEndpoint {
                 if !has_kubelet(&node) {
                     return None;
                 }
-                Some((name.clone(), self.scraper.history(server, &node).await?))
+                Some((name.clone(), self.scraper.history(&node).await?))
             }
         }))
         .await;

@@ -1,7 +1,10 @@
-//! Readings from kubelets and the rates made of them. A node is scraped when asked about, at
-//! most once per reuse period, and its last two scrapes are kept: CPU is a rate over the
-//! cumulative CPU time between them, so the first time a node is asked about it is scraped
-//! twice, a second apart.
+//! Readings from kubelets and the rates made of them. As in metrics-server, nodes are scraped
+//! in the background, every resolution, and requests are answered from each node's last two
+//! scrapes without waiting on a kubelet: CPU is a rate over the cumulative CPU time between
+//! them. A loaded kubelet that answers late, or not once, thus costs no reading to a caller
+//! (the HPA controller asks every resolution and would otherwise see gaps of minutes on a
+//! busy node). A node's task starts with the first request about it, which waits for two
+//! scrapes a second apart, and stops when no request came for a while.
 //!
 //! What is kept belongs to one node object: a node deleted and created again under the same
 //! name starts over instead of having a rate computed against its predecessor's counters, and
@@ -12,10 +15,11 @@
 //! which have no rate until read twice.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
+use futures::future::BoxFuture;
 use http::Method;
 use http_body_util::BodyExt;
 use jiff::Timestamp;
@@ -24,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use minik8s_api::ApiError;
 use serde::Deserialize;
+use tokio::sync::watch;
 
 use super::super::connect;
 use super::{API_VERSION, ContainerMetrics, NodeMetrics, PodMetrics};
@@ -32,16 +37,15 @@ use crate::server::ApiServer;
 
 /// How long a scrape stays current (metrics-server's default `--metric-resolution`).
 pub const RESOLUTION: Duration = Duration::from_secs(15);
-/// How old a stored scrape may be and still answer: a little under the resolution, so that a
-/// caller asking once per resolution (the HPA controller, every 15 s) gets a new reading each
-/// time instead of every other time, whatever the kubelet's answer time and the caller's
-/// timer add, and never one older than the resolution.
-pub const REUSE: Duration = Duration::from_secs(RESOLUTION.as_secs() - 2);
 /// The gap between the two first scrapes of a node: a rate needs two readings.
 const FIRST_WINDOW: Duration = Duration::from_secs(1);
-/// How long a kubelet may take to answer (metrics-server's default `--kubelet-request-timeout`
-/// is 10s).
-const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a kubelet may take to answer: longer than metrics-server's
+/// `--kubelet-request-timeout` (10s), since no request waits on a scrape but a node's first,
+/// and a late answer from a kubelet on a node busy starting pods is still a reading (on 2
+/// cores under the conformance run, answers took more than 15 s for minutes).
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2 * RESOLUTION.as_secs());
+/// How long a node is scraped after the last request about it.
+const IDLE: Duration = Duration::from_secs(600);
 
 /// The part of the kubelet's Summary API (`statsapi.Summary`) metrics are made of.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -148,11 +152,12 @@ impl Sample {
     }
 }
 
-/// A node's last two scrapes.
+/// A node's last two scrapes, and how many scrapes of it failed.
 #[derive(Clone, Debug, Default)]
 pub struct History {
     last: Option<Sample>,
     prev: Option<Sample>,
+    failures: u64,
 }
 
 /// Usage between two readings, as metrics-server's `resourceUsage`: `None` when the thing
@@ -252,13 +257,13 @@ impl History {
         Some((self.last.as_ref()?, self.prev.as_ref()?))
     }
 
-    /// Whether the stored scrapes answer a request made at `now` without scraping again.
-    fn reusable(&self, now: Timestamp) -> bool {
+    /// Whether there are two readings and the last is at most `stale` old at `now`.
+    fn current(&self, now: Timestamp, stale: Duration) -> bool {
         self.prev.is_some()
             && self
                 .last
                 .as_ref()
-                .is_some_and(|l| now.duration_since(l.at).unsigned_abs() < REUSE)
+                .is_some_and(|l| now.duration_since(l.at).unsigned_abs() <= stale)
     }
 
     /// The node's metrics, if there are two readings of it.
@@ -322,43 +327,130 @@ impl History {
         })
     }
 
-    fn push(&mut self, s: Sample) {
-        self.prev = self.last.take();
+    /// Keeps `s` as the last reading; the one before becomes the previous one unless it is
+    /// more than `stale` older (a rate over such a gap would not be current).
+    fn push(&mut self, s: Sample, stale: Duration) {
+        let gap = |l: &Sample| s.at.duration_since(l.at).unsigned_abs();
+        self.prev = self.last.take().filter(|l| gap(l) <= stale);
         self.last = Some(s);
+    }
+}
+
+/// Scrapes one node: the kubelet's summary, or why not.
+pub type Source = Arc<dyn Fn(Node) -> BoxFuture<'static, Result<Sample, ApiError>> + Send + Sync>;
+
+/// The periods of the scraping tasks; tests shorten them.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// How often a node is scraped.
+    pub resolution: Duration,
+    /// The gap between the two first scrapes of a node: a rate needs two readings.
+    pub first_window: Duration,
+    /// How long one scrape may take, and a node's first request wait.
+    pub timeout: Duration,
+    /// How old the last reading may be and still answer.
+    pub stale: Duration,
+    /// How long a node is scraped after the last request about it.
+    pub idle: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing {
+            resolution: RESOLUTION,
+            first_window: FIRST_WINDOW,
+            timeout: SCRAPE_TIMEOUT,
+            stale: 3 * RESOLUTION,
+            idle: IDLE,
+        }
+    }
+}
+
+/// Whether a task scrapes the node, and when a request last asked about it: one lock, so
+/// that a task never stops just as a request counts on it.
+struct Asked {
+    at: Instant,
+    running: bool,
+}
+
+/// What is kept of one node object, shared by the requests that read it and the task that
+/// scrapes it.
+struct NodeScrapes {
+    /// The node as a request last saw it: where its kubelet listens.
+    node: Mutex<Node>,
+    history: watch::Sender<History>,
+    asked: Mutex<Asked>,
+}
+
+impl NodeScrapes {
+    /// Counts a request; true when no task scrapes the node and the caller is to start one.
+    fn ask(&self) -> bool {
+        let mut asked = self.asked.lock().expect("asked lock");
+        asked.at = Instant::now();
+        !std::mem::replace(&mut asked.running, true)
+    }
+
+    /// Whether the task is to scrape again: not once no request came for `idle`.
+    fn keep_running(&self, idle: Duration) -> bool {
+        let mut asked = self.asked.lock().expect("asked lock");
+        asked.running = asked.at.elapsed() < idle;
+        asked.running
     }
 }
 
 /// The history of one node object.
 struct Entry {
     uid: String,
-    history: Arc<tokio::sync::Mutex<History>>,
+    scrapes: Arc<NodeScrapes>,
 }
 
-/// Nodes' scrape histories by name, each behind its own lock so that one slow kubelet does
-/// not hold up the others.
-#[derive(Default)]
+/// Nodes' scrape histories by name, each node scraped by a task of its own, so that one slow
+/// kubelet does not hold up the others nor the requests, which are answered from what the
+/// tasks last read.
 pub struct Scraper {
+    source: Source,
+    timing: Timing,
     nodes: Mutex<HashMap<String, Entry>>,
     /// When the histories were last checked against the nodes that exist.
     pruned: Mutex<Option<Instant>>,
 }
 
 impl Scraper {
-    /// The history of this node object: a new one when the name was another object's.
-    fn entry(&self, node: &Node) -> Arc<tokio::sync::Mutex<History>> {
+    pub fn new(source: Source, timing: Timing) -> Scraper {
+        Scraper {
+            source,
+            timing,
+            nodes: Mutex::default(),
+            pruned: Mutex::default(),
+        }
+    }
+
+    /// The scrapes of this node object (new ones when the name was another object's), with
+    /// the node object kept as the latest seen.
+    fn entry(&self, node: &Node) -> Arc<NodeScrapes> {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let uid = node.metadata.uid.as_deref().unwrap_or_default();
         let mut nodes = self.nodes.lock().expect("scraper lock");
         match nodes.get(name) {
-            Some(e) if e.uid == uid => e.history.clone(),
+            Some(e) if e.uid == uid => {
+                *e.scrapes.node.lock().expect("node lock") = node.clone();
+                e.scrapes.clone()
+            }
             _ => {
-                let history = Arc::default();
+                let scrapes = Arc::new(NodeScrapes {
+                    node: Mutex::new(node.clone()),
+                    history: watch::Sender::new(History::default()),
+                    asked: Mutex::new(Asked {
+                        at: Instant::now(),
+                        running: false,
+                    }),
+                });
                 let entry = Entry {
                     uid: uid.to_string(),
-                    history: Arc::clone(&history),
+                    scrapes: Arc::clone(&scrapes),
                 };
                 nodes.insert(name.to_string(), entry);
-                history
+                scrapes
             }
         }
     }
@@ -367,14 +459,14 @@ impl Scraper {
     /// caller is to prune them now.
     pub fn prune_due(&self) -> bool {
         let mut pruned = self.pruned.lock().expect("scraper prune lock");
-        if pruned.is_some_and(|at| at.elapsed() < RESOLUTION) {
+        if pruned.is_some_and(|at| at.elapsed() < self.timing.resolution) {
             return false;
         }
         *pruned = Some(Instant::now());
         true
     }
 
-    /// Forgets every node not in `live`, by name and uid.
+    /// Forgets every node not in `live`, by name and uid; their tasks end.
     pub fn retain(&self, live: &HashMap<String, String>) {
         self.nodes
             .lock()
@@ -396,30 +488,84 @@ impl Scraper {
         names
     }
 
-    /// The node's history, scraped anew unless its scrapes are reusable (and twice when there
-    /// was none). `None` for a node whose kubelet is not reachable.
-    pub async fn history(&self, server: &ApiServer, node: &Node) -> Option<History> {
-        let entry = self.entry(node);
-        let mut h = entry.lock().await;
-        if h.reusable(Timestamp::now()) {
-            return Some(h.clone());
+    /// The node's last two readings, starting the task that scrapes it if none does. Only a
+    /// node with no current readings is waited on, until its two first scrapes or a failed
+    /// one. `None` while its kubelet is not answering.
+    pub async fn history(&self, node: &Node) -> Option<History> {
+        let scrapes = self.entry(node);
+        if scrapes.ask() {
+            tokio::spawn(scrape_node(
+                Arc::downgrade(&scrapes),
+                self.source.clone(),
+                self.timing,
+            ));
         }
-        let name = node.metadata.name.as_deref().unwrap_or_default();
-        let mut s = match scrape(server, node).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!(node = %name, error = %e.message, "scraping the kubelet failed");
-                return None;
+        let stale = self.timing.stale;
+        let mut rx = scrapes.history.subscribe();
+        let failures = rx.borrow().failures;
+        let _ = tokio::time::timeout(
+            self.timing.timeout,
+            rx.wait_for(|h| h.current(Timestamp::now(), stale) || h.failures > failures),
+        )
+        .await;
+        let h = rx.borrow().clone();
+        h.current(Timestamp::now(), stale).then_some(h)
+    }
+}
+
+/// Scrapes a node every resolution (the second time after the first window) until its
+/// entry is forgotten or no request asked about it for a while. A failed scrape leaves the
+/// readings before it, which answer until they are stale.
+async fn scrape_node(scrapes: Weak<NodeScrapes>, source: Source, timing: Timing) {
+    loop {
+        let Some(state) = scrapes.upgrade() else {
+            return;
+        };
+        if !state.keep_running(timing.idle) {
+            return;
+        }
+        let node = state.node.lock().expect("node lock").clone();
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let started = Instant::now();
+        let next = match tokio::time::timeout(timing.timeout, source(node)).await {
+            Ok(Ok(sample)) => {
+                let mut first = false;
+                state.history.send_modify(|h| {
+                    h.push(sample, timing.stale);
+                    first = h.prev.is_none();
+                });
+                if first {
+                    timing.first_window
+                } else {
+                    timing.resolution
+                }
+            }
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.message,
+                    _ => format!("no answer in {:?}", timing.timeout),
+                };
+                tracing::warn!(node = %name, %error, "scraping the kubelet's summary failed");
+                state.history.send_modify(|h| h.failures += 1);
+                timing.resolution
             }
         };
-        if h.last.is_none() {
-            h.push(s);
-            tokio::time::sleep(FIRST_WINDOW).await;
-            s = scrape(server, node).await.ok()?;
-        }
-        h.push(s);
-        Some(h.clone())
+        drop(state);
+        tokio::time::sleep_until((started + next).into()).await;
     }
+}
+
+/// Reads nodes' summaries from their kubelets, through the server's kubelet client.
+pub fn kubelet_source(server: Weak<ApiServer>) -> Source {
+    Arc::new(move |node: Node| {
+        let server = server.clone();
+        Box::pin(async move {
+            let server = server
+                .upgrade()
+                .ok_or_else(|| ApiError::internal("the server is shutting down"))?;
+            scrape(&server, &node).await
+        })
+    })
 }
 
 /// Whether the node advertises a kubelet to scrape.
@@ -434,37 +580,34 @@ pub fn has_kubelet(node: &Node) -> bool {
 async fn scrape(server: &ApiServer, node: &Node) -> Result<Sample, ApiError> {
     let addr = kubelet_address(node, None)?;
     let kubelet = connect::client(server)?;
-    let fetch = async {
-        let resp = kubelet
-            .send(
-                addr,
-                Method::GET,
-                "/stats/summary?only_cpu_and_memory=true",
-                &Default::default(),
-                Body::empty(),
-            )
-            .await?;
-        if !resp.status().is_success() {
-            return Err(connect::kubelet_failure(resp).await);
-        }
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(ApiError::internal)?
-            .to_bytes();
-        serde_json::from_slice::<Summary>(&body)
-            .map_err(|e| ApiError::internal(format!("decoding the kubelet's summary: {e}")))
-    };
-    let summary = tokio::time::timeout(SCRAPE_TIMEOUT, fetch)
+    let resp = kubelet
+        .send(
+            addr,
+            Method::GET,
+            "/stats/summary?only_cpu_and_memory=true",
+            &Default::default(),
+            Body::empty(),
+        )
+        .await?;
+    if !resp.status().is_success() {
+        return Err(connect::kubelet_failure(resp).await);
+    }
+    let body = resp
+        .into_body()
+        .collect()
         .await
-        .map_err(|_| ApiError::internal("the kubelet did not answer in time"))??;
+        .map_err(ApiError::internal)?
+        .to_bytes();
+    let summary = serde_json::from_slice::<Summary>(&body)
+        .map_err(|e| ApiError::internal(format!("decoding the kubelet's summary: {e}")))?;
     Ok(Sample::new(Timestamp::now(), &summary))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const STALE: Duration = Duration::from_secs(30);
 
     fn summary(node_cpu: u64, c_cpu: u64, start: &str) -> Summary {
         serde_json::from_value(serde_json::json!({
@@ -510,14 +653,14 @@ mod tests {
         let node = node("n", "n1");
         let pod = pod("p");
         let mut h = History::default();
-        h.push(Sample::new(at(0), &summary(1_000_000_000, 0, "s1")));
+        h.push(Sample::new(at(0), &summary(1_000_000_000, 0, "s1")), STALE);
         assert!(h.node_metrics(&node).is_none());
         assert!(h.pod_metrics(&pod).is_none());
         // 0.5 cores of the node and 50m of the container over two seconds.
-        h.push(Sample::new(
-            at(2000),
-            &summary(2_000_000_000, 100_000_000, "s1"),
-        ));
+        h.push(
+            Sample::new(at(2000), &summary(2_000_000_000, 100_000_000, "s1")),
+            STALE,
+        );
         let n = h.node_metrics(&node).unwrap();
         assert_eq!(n.usage["cpu"], Quantity("500m".into()));
         assert_eq!(n.usage["memory"], Quantity("2Ki".into()));
@@ -530,7 +673,10 @@ mod tests {
         assert_eq!(p.containers[0].usage["memory"], Quantity("1000".into()));
         // A restarted container (or the container of a pod re-created under the same name) has
         // no rate until it is read twice again.
-        h.push(Sample::new(at(3000), &summary(2_500_000_000, 1_000, "s2")));
+        h.push(
+            Sample::new(at(3000), &summary(2_500_000_000, 1_000, "s2")),
+            STALE,
+        );
         assert!(h.pod_metrics(&pod).is_none());
         assert_eq!(
             h.node_metrics(&node).unwrap().usage["cpu"],
@@ -540,25 +686,114 @@ mod tests {
     }
 
     #[test]
-    fn a_caller_every_resolution_gets_a_new_reading_each_time() {
+    fn readings_answer_until_stale_and_a_stale_one_makes_no_rate() {
+        let stale = STALE;
         let mut h = History::default();
-        assert!(!h.reusable(at(0)));
-        h.push(Sample::new(at(0), &summary(0, 0, "s")));
-        // One reading makes no rate: scrape again however recent it is.
-        assert!(!h.reusable(at(10)));
-        h.push(Sample::new(at(1000), &summary(1, 1, "s")));
-        assert!(h.reusable(at(1000)));
-        assert!(h.reusable(at(1000 + REUSE.as_millis() as i64 - 1)));
-        // Asked again a resolution after the last scrape, even a little early: a new one.
-        let early = RESOLUTION.as_millis() as i64 - 1500;
-        assert!(!h.reusable(at(1000 + early)));
-        assert!(!h.reusable(at(1000 + RESOLUTION.as_millis() as i64)));
-        assert!(REUSE < RESOLUTION);
+        assert!(!h.current(at(0), stale));
+        h.push(Sample::new(at(0), &summary(0, 0, "s")), stale);
+        // One reading makes no rate.
+        assert!(!h.current(at(10), stale));
+        h.push(Sample::new(at(1000), &summary(1, 1, "s")), stale);
+        assert!(h.current(at(1000), stale));
+        assert!(h.current(at(31_000), stale));
+        assert!(!h.current(at(31_001), stale));
+        // After a gap longer than `stale` the reading before is no base for a rate.
+        h.push(Sample::new(at(40_000), &summary(2, 2, "s")), stale);
+        assert!(!h.current(at(40_000), stale));
+        assert!(h.node_metrics(&node("n", "n1")).is_none());
+    }
+
+    /// A source answering `ok` times, then failing; it counts its calls.
+    fn source(ok: usize, calls: Arc<std::sync::atomic::AtomicUsize>) -> Source {
+        Arc::new(move |_node: Node| {
+            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) as u64;
+            Box::pin(async move {
+                if n as usize >= ok {
+                    return Err(ApiError::internal("kubelet down"));
+                }
+                let cpu = (n + 1) * 1_000_000_000;
+                Ok(Sample::new(Timestamp::now(), &summary(cpu, cpu, "s")))
+            })
+        })
+    }
+
+    fn fast() -> Timing {
+        Timing {
+            resolution: Duration::from_millis(50),
+            first_window: Duration::from_millis(10),
+            timeout: Duration::from_millis(500),
+            stale: Duration::from_millis(150),
+            idle: Duration::from_millis(300),
+        }
+    }
+
+    /// Polls `f` until it holds, for at most ten seconds.
+    async fn eventually(mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(Instant::now() < deadline, "condition not met in time");
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn nodes_are_scraped_in_the_background_until_idle_or_forgotten() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let scraper = Scraper::new(source(usize::MAX, calls.clone()), fast());
+        let n = node("n", "n1");
+        // The first request waits for the two first scrapes.
+        let h = scraper.history(&n).await.expect("two readings");
+        assert!(h.node_metrics(&n).is_some());
+        assert!(calls.load(SeqCst) >= 2);
+        // Later ones are answered from what the task scrapes every resolution.
+        let seen = calls.load(SeqCst);
+        eventually(|| calls.load(SeqCst) >= seen + 2).await;
+        assert!(scraper.history(&n).await.is_some());
+        // Nobody asks: the task stops; the next request starts it again.
+        let scrapes = scraper.entry(&n);
+        eventually(|| !scrapes.asked.lock().unwrap().running).await;
+        assert!(scraper.history(&n).await.is_some());
+        assert!(scrapes.asked.lock().unwrap().running);
+        // A forgotten node's task lets go of its state.
+        let weak = Arc::downgrade(&scrapes);
+        drop(scrapes);
+        scraper.retain(&HashMap::new());
+        eventually(|| weak.strong_count() == 0).await;
+    }
+
+    #[tokio::test]
+    async fn a_kubelet_that_stops_answering_has_no_readings_once_they_are_stale() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let scraper = Scraper::new(source(3, calls.clone()), fast());
+        let n = node("n", "n1");
+        assert!(scraper.history(&n).await.is_some());
+        eventually(|| calls.load(SeqCst) >= 5).await;
+        let scrapes = scraper.entry(&n);
+        let failing = || scrapes.history.borrow().failures >= 2;
+        eventually(failing).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while scraper.history(&n).await.is_some() {
+            assert!(Instant::now() < deadline, "stale readings still answer");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // A node whose kubelet never answers: the first request returns without readings
+        // once the first scrape failed.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let down = Scraper::new(source(0, calls.clone()), fast());
+        assert!(down.history(&n).await.is_none());
+        assert!(calls.load(SeqCst) >= 1);
+    }
+
+    fn idle_scraper() -> Scraper {
+        Scraper::new(source(0, Arc::default()), Timing::default())
     }
 
     #[test]
     fn deleted_and_recreated_nodes_are_forgotten() {
-        let scraper = Scraper::default();
+        let scraper = idle_scraper();
         let a = scraper.entry(&node("a", "a1"));
         scraper.entry(&node("b", "b1"));
         // The same node object: the same history.
@@ -576,7 +811,7 @@ mod tests {
 
     #[test]
     fn pruning_is_due_once_per_resolution() {
-        let scraper = Scraper::default();
+        let scraper = idle_scraper();
         assert!(scraper.prune_due());
         assert!(!scraper.prune_due());
         *scraper.pruned.lock().unwrap() = Instant::now().checked_sub(RESOLUTION);
