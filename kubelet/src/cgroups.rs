@@ -21,6 +21,17 @@ const CONTROLLERS: &[&str] = &[
     "systemd",
 ];
 
+/// Every place the cgroup of the pod with `uid` may be under `cgroup_root`, one per QoS class
+/// (Guaranteed pods sit directly under the root; see `pod::spec::pod_cgroup`): for finding or
+/// removing it when the class it was made under is not at hand.
+pub fn pod_cgroup_candidates(cgroup_root: &str, uid: &str) -> impl Iterator<Item = String> {
+    let root = cgroup_root.trim_end_matches('/').to_string();
+    let uid = uid.replace('-', "_");
+    ["", "burstable/", "besteffort/"]
+        .into_iter()
+        .map(move |qos| format!("{root}/{qos}pod{uid}"))
+}
+
 /// The pod's directories under every mounted controller.
 fn dirs(root: &Path, cgroup: &str) -> Vec<PathBuf> {
     CONTROLLERS

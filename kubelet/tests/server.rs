@@ -333,11 +333,14 @@ async fn kubelet_api_directly() {
     // The CPU-and-memory summary (`/metrics/resource`, metrics scrapes) reads the container's
     // cgroup, in the pod cgroup the kubelet made: the same numbers there.
     let config = &env.shared.config;
-    let root = config.cgroup_root.trim_matches('/');
-    let pod_dir = ["", "burstable/", "besteffort/"]
-        .iter()
-        .map(|qos| format!("{root}/{qos}pod{}", uid.replace('-', "_")))
-        .find(|cg| config.cgroups_path.join("cpuacct").join(cg).is_dir())
+    let pod_dir = minik8s_kubelet::cgroups::pod_cgroup_candidates(&config.cgroup_root, &uid)
+        .find(|cg| {
+            config
+                .cgroups_path
+                .join("cpuacct")
+                .join(cg.trim_start_matches('/'))
+                .is_dir()
+        })
         .expect("the pod's cgroup");
     for (controller, file, value) in [
         ("cpuacct", "cpuacct.usage", "1500000000\n"),
@@ -351,7 +354,7 @@ async fn kubelet_api_directly() {
         let dir = config
             .cgroups_path
             .join(controller)
-            .join(&pod_dir)
+            .join(pod_dir.trim_start_matches('/'))
             .join(&c_id);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(file), value).unwrap();

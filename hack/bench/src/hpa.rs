@@ -237,7 +237,6 @@ async fn load_step_in(client: &kube::Client, ns: &str, args: &HpaArgs) -> anyhow
     Ok(())
 }
 
-/// When the replicas first satisfied `ok`, waiting until `deadline`.
 /// When the replicas first met `ok` at or after `since`, waiting until `deadline`.
 async fn wait_for(
     seen: &Mutex<Vec<(Instant, i32)>>,

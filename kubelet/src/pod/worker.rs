@@ -608,17 +608,10 @@ impl Shared {
         if let Err(e) = self.volumes.teardown(&rt.uid).await {
             tracing::warn!(pod_uid = %rt.uid, error = %e, "tearing down volumes failed");
         }
-        let uid = rt.uid.replace('-', "_");
-        let root = self.config.cgroup_root.trim_end_matches('/');
-        let qos_classes: &[&str] = if self.config.manage_host {
-            &["", "besteffort/", "burstable/"]
-        } else {
-            &[]
-        };
-        for qos in qos_classes {
-            if let Err(e) =
-                crate::cgroups::remove(&self.config.cgroups_path, &format!("{root}/{qos}pod{uid}"))
-            {
+        let pod_cgroups = crate::cgroups::pod_cgroup_candidates(&self.config.cgroup_root, &rt.uid)
+            .filter(|_| self.config.manage_host);
+        for cgroup in pod_cgroups {
+            if let Err(e) = crate::cgroups::remove(&self.config.cgroups_path, &cgroup) {
                 tracing::warn!(pod_uid = %rt.uid, error = %e, "removing the pod cgroup failed");
             }
         }

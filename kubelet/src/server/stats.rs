@@ -310,19 +310,17 @@ pub fn cgroup_container_stats(
                 .get(keys::POD_UID)
                 .cloned()
                 .or_else(|| sb.metadata.as_ref().map(|m| m.uid.clone()))?;
-            Some((sb.id.as_str(), uid.replace('-', "_")))
+            Some((sb.id.as_str(), uid))
         })
         .collect();
-    let root = cgroup_root.trim_end_matches('/');
     let value = |v: u64| Some(cri::UInt64Value { value: v });
     containers
         .iter()
         .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
         .filter_map(|c| {
             let uid = uids.get(c.pod_sandbox_id.as_str())?;
-            let usage = ["", "burstable/", "besteffort/"].iter().find_map(|qos| {
-                crate::cgroups::usage(cgroups, &format!("{root}/{qos}pod{uid}/{}", c.id))
-            })?;
+            let usage = crate::cgroups::pod_cgroup_candidates(cgroup_root, uid)
+                .find_map(|pod| crate::cgroups::usage(cgroups, &format!("{pod}/{}", c.id)))?;
             Some(cri::ContainerStats {
                 attributes: Some(cri::ContainerAttributes {
                     id: c.id.clone(),
