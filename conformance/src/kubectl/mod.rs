@@ -179,6 +179,7 @@ struct Background {
     stderr: tokio::task::JoinHandle<String>,
     watching: Option<tokio::sync::oneshot::Receiver<()>>,
     shown: String,
+    limit: Duration,
 }
 
 impl Background {
@@ -202,7 +203,7 @@ impl Background {
     async fn finish(mut self) -> anyhow::Result<Run> {
         let mut stdout = self.child.stdout.take().expect("piped stdout");
         let mut out = Vec::new();
-        let status = tokio::time::timeout(KUBECTL_LIMIT, async {
+        let status = tokio::time::timeout(self.limit, async {
             use tokio::io::AsyncReadExt;
             stdout.read_to_end(&mut out).await?;
             self.child.wait().await
@@ -212,7 +213,7 @@ impl Background {
             anyhow!(
                 "`kubectl {}` did not finish within {} s",
                 self.shown,
-                KUBECTL_LIMIT.as_secs()
+                self.limit.as_secs()
             )
         })??;
         Ok(Run {
@@ -273,7 +274,19 @@ pub struct Ctx {
     kubeconfig: PathBuf,
 }
 
-const KUBECTL_LIMIT: Duration = Duration::from_secs(60);
+/// How long a kubectl command may run: 60 s, or its own `--timeout` and 30 s more, so that a
+/// command given a deadline fails with kubectl's own message rather than the suite's.
+fn kubectl_limit(args: &[&str]) -> Duration {
+    let own = args
+        .iter()
+        .filter_map(|a| a.strip_prefix("--timeout="))
+        .filter_map(|t| t.strip_suffix('s')?.parse::<u64>().ok())
+        .max();
+    match own {
+        Some(secs) => Duration::from_secs(secs + 30).max(Duration::from_secs(60)),
+        None => Duration::from_secs(60),
+    }
+}
 
 impl Ctx {
     async fn setup(env: Arc<Env>, bin: Binary) -> anyhow::Result<Ctx> {
@@ -337,13 +350,14 @@ impl Ctx {
             pipe.write_all(input.as_bytes()).await?;
             drop(pipe);
         }
-        let out = tokio::time::timeout(KUBECTL_LIMIT, child.wait_with_output())
+        let limit = kubectl_limit(args);
+        let out = tokio::time::timeout(limit, child.wait_with_output())
             .await
             .map_err(|_| {
                 anyhow!(
                     "kubectl {} did not finish within {} s",
                     args.join(" "),
-                    KUBECTL_LIMIT.as_secs()
+                    limit.as_secs()
                 )
             })??;
         Ok(Run {
@@ -449,6 +463,7 @@ impl Ctx {
             stderr,
             watching: Some(rx),
             shown: self.show(args),
+            limit: kubectl_limit(args),
         })
     }
 
