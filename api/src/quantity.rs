@@ -216,6 +216,24 @@ impl Quantity {
     pub fn format(&self) -> Format {
         self.format
     }
+
+    /// Upstream's `Add`: exact, printed in this quantity's format unless this one is zero.
+    pub fn add(&self, other: &Quantity) -> Option<Quantity> {
+        let scale = self.scale.min(other.scale);
+        let at = |q: &Quantity| {
+            q.mantissa
+                .checked_mul(10i128.checked_pow((q.scale - scale).unsigned_abs())?)
+        };
+        Some(Quantity {
+            mantissa: at(self)?.checked_add(at(other)?)?,
+            scale,
+            format: if self.mantissa == 0 {
+                other.format
+            } else {
+                self.format
+            },
+        })
+    }
 }
 
 /// The value of a quantity in base units (cores, bytes), or `None` when it does not parse.
@@ -226,6 +244,16 @@ pub fn parse(s: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sums_keep_the_first_format() {
+        let q = |s: &str| Quantity::parse(s).unwrap();
+        let sum = |a: &str, b: &str| q(a).add(&q(b)).unwrap().canonical().unwrap();
+        assert_eq!(sum("1Gi", "1Gi"), "2Gi");
+        assert_eq!(sum("100m", "1"), "1100m");
+        assert_eq!(sum("0", "512Mi"), "512Mi");
+        assert_eq!(sum("1", "500m"), "1500m");
+    }
 
     #[test]
     fn canonical_forms() {

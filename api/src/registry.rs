@@ -101,6 +101,7 @@ struct Def {
     categories: &'static [&'static str],
     subresources: &'static [&'static str],
     name_rule: NameRule,
+    verbs: &'static [&'static str],
 }
 
 const fn def(
@@ -120,6 +121,7 @@ const fn def(
         categories: &[],
         subresources: &[],
         name_rule: NameRule::Dns1123Subdomain,
+        verbs: ALL_VERBS,
     }
 }
 
@@ -136,6 +138,10 @@ impl Def {
         self.subresources = s;
         self
     }
+    const fn verbs(mut self, v: &'static [&'static str]) -> Self {
+        self.verbs = v;
+        self
+    }
     const fn names(mut self, r: NameRule) -> Self {
         self.name_rule = r;
         self
@@ -148,11 +154,22 @@ const BUILT_IN: &[Def] = &[
     def("", "v1", "Namespace", "namespaces", false)
         .short(&["ns"])
         .sub(&["status", "finalize"])
-        .names(NameRule::Dns1123Label),
+        .names(NameRule::Dns1123Label)
+        .verbs(&[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ]),
     def("", "v1", "Pod", "pods", true)
         .short(&["po"])
         .categories(ALL)
-        .sub(&["attach", "binding", "exec", "log", "portforward", "status"]),
+        .sub(&[
+            "attach",
+            "binding",
+            "eviction",
+            "exec",
+            "log",
+            "portforward",
+            "status",
+        ]),
     def("", "v1", "Service", "services", true)
         .short(&["svc"])
         .categories(ALL)
@@ -165,6 +182,21 @@ const BUILT_IN: &[Def] = &[
         .short(&["no"])
         .sub(&["proxy", "status"]),
     def("", "v1", "Event", "events", true).short(&["ev"]),
+    def(
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        true,
+    )
+    .short(&["rc"])
+    .categories(ALL)
+    .sub(&["status", "scale"]),
+    def("", "v1", "PodTemplate", "podtemplates", true),
+    def("", "v1", "LimitRange", "limitranges", true).short(&["limits"]),
+    def("", "v1", "ResourceQuota", "resourcequotas", true)
+        .short(&["quota"])
+        .sub(&["status"]),
     def("", "v1", "ServiceAccount", "serviceaccounts", true)
         .short(&["sa"])
         .sub(&["token"]),
@@ -277,6 +309,81 @@ const BUILT_IN: &[Def] = &[
     .names(NameRule::PathSegment),
     def("events.k8s.io", "v1", "Event", "events", true).short(&["ev"]),
     def(
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        true,
+    ),
+    def(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+    )
+    .short(&["pdb"])
+    .sub(&["status"]),
+    def(
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        false,
+    )
+    .short(&["pc"]),
+    def("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", false),
+    def(
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        true,
+    )
+    .short(&["netpol"]),
+    def(
+        "certificates.k8s.io",
+        "v1",
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        false,
+    )
+    .short(&["csr"])
+    .sub(&["approval", "status"]),
+    def(
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "FlowSchema",
+        "flowschemas",
+        false,
+    )
+    .sub(&["status"]),
+    def(
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        false,
+    )
+    .sub(&["status"]),
+    def("storage.k8s.io", "v1", "CSIDriver", "csidrivers", false),
+    def("storage.k8s.io", "v1", "CSINode", "csinodes", false),
+    def(
+        "storage.k8s.io",
+        "v1",
+        "VolumeAttachment",
+        "volumeattachments",
+        false,
+    )
+    .sub(&["status"]),
+    def(
+        "storage.k8s.io",
+        "v1",
+        "CSIStorageCapacity",
+        "csistoragecapacities",
+        true,
+    ),
+    def(
         "apiextensions.k8s.io",
         "v1",
         "CustomResourceDefinition",
@@ -298,6 +405,7 @@ fn subresource(parent: &Def, name: &str) -> Subresource {
             verbs(&["get", "patch", "update"]),
         ),
         "binding" => ("Binding", "", "v1", verbs(&["create"])),
+        "eviction" => ("Eviction", "policy", "v1", verbs(&["create"])),
         "token" => (
             "TokenRequest",
             "authentication.k8s.io",
@@ -351,7 +459,7 @@ pub fn built_in() -> Vec<ResourceInfo> {
             namespaced: d.namespaced,
             short_names: d.short.iter().map(|s| s.to_string()).collect(),
             categories: d.categories.iter().map(|s| s.to_string()).collect(),
-            verbs: ALL_VERBS.iter().map(|s| s.to_string()).collect(),
+            verbs: d.verbs.iter().map(|s| s.to_string()).collect(),
             subresources: d.subresources.iter().map(|s| subresource(d, s)).collect(),
             name_rule: d.name_rule,
         })
@@ -367,12 +475,17 @@ pub fn group_order() -> Vec<&'static str> {
         "authorization.k8s.io",
         "autoscaling",
         "batch",
+        "certificates.k8s.io",
         "networking.k8s.io",
+        "policy",
         "rbac.authorization.k8s.io",
         "storage.k8s.io",
         "apiextensions.k8s.io",
+        "scheduling.k8s.io",
         "coordination.k8s.io",
+        "node.k8s.io",
         "discovery.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
     ]
 }
 

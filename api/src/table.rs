@@ -193,6 +193,13 @@ impl Column {
         self.priority = 1;
         self
     }
+
+    /// With this OpenAPI format: upstream marks a few columns besides the name `name`
+    /// (VolumeAttachment's Attacher).
+    pub const fn format(mut self, format: &'static str) -> Column {
+        self.format = format;
+        self
+    }
 }
 
 pub const NAME: Column = Column {

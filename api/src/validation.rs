@@ -435,6 +435,46 @@ pub fn immutable<T: PartialEq + fmt::Debug>(new: &T, old: &T, path: &Path, errs:
     }
 }
 
+/// Upstream's `ValidateLabelSelector`: label keys and values, and each expression's operator
+/// with the values it needs.
+pub fn validate_label_selector(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    path: &Path,
+    errs: &mut Errors,
+) {
+    if let Some(labels) = &selector.match_labels {
+        validate_labels(labels, &path.child("matchLabels"), errs);
+    }
+    for (i, req) in selector.match_expressions.iter().flatten().enumerate() {
+        let p = path.child("matchExpressions").index(i);
+        let values = req.values.as_deref().unwrap_or(&[]);
+        match req.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => errs.push(FieldError::required(
+                &p.child("values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::forbidden(
+                &p.child("values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            op => errs.push(FieldError::invalid(
+                &p.child("operator"),
+                op,
+                "not a valid selector operator",
+            )),
+        }
+        for e in qualified_name(&req.key) {
+            errs.push(FieldError::invalid(&p.child("key"), &req.key, e));
+        }
+        for (j, v) in values.iter().enumerate() {
+            for e in label_value(v) {
+                errs.push(FieldError::invalid(&p.child("values").index(j), v, e));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

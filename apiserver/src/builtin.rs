@@ -5,32 +5,46 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
+};
 use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler as HorizontalPodAutoscalerV1;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
-    Secret, Service, ServiceAccount,
+    ConfigMap, Endpoints, Event, LimitRange, Namespace, Node, PersistentVolume,
+    PersistentVolumeClaim, Pod, PodTemplate, ReplicationController, ResourceQuota, Secret, Service,
+    ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event as EventV1;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass, NetworkPolicy};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{
+    CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use minik8s_api::conversion::{Converted, Convertible};
 use minik8s_api::strategy::{BuiltIn, Kind};
 use schemars::JsonSchema;
 
+use crate::admission::limit_ranger::{self, LimitRanger};
+use crate::admission::priority::{self, OneGlobalDefault, PriorityAdmission};
+use crate::admission::resource_quota::{self, Counted, QuotaAdmission};
 use crate::admission::serviceaccount::{self, ServiceAccountAdmission};
+use crate::handlers::certificates::CertificateSigningRequestExtension;
 use crate::handlers::namespaces::NamespaceExtension;
 use crate::handlers::openapi::KindSchema;
 use crate::handlers::pods::PodExtension;
 use crate::handlers::resource::{Extension, ResourceEndpoint};
 use crate::handlers::serviceaccounts::ServiceAccountExtension;
-use crate::registry::generic::GenericRegistry;
+use crate::registry::generic::{GenericRegistry, Phase};
 use crate::registry::typed;
 use crate::server::ApiServer;
 
@@ -43,9 +57,31 @@ fn registry<K: Kind>(server: &ApiServer) -> GenericRegistry<BuiltIn<K>> {
     )
 }
 
+/// `registry` charging its objects to quotas, the last admission as upstream orders it;
+/// ResourceQuotas must be registered first.
+fn counted<K: Kind + Counted>(
+    server: &ApiServer,
+    registry: GenericRegistry<BuiltIn<K>>,
+) -> GenericRegistry<BuiltIn<K>> {
+    if !server
+        .options
+        .admission
+        .enabled(resource_quota::PLUGIN_NAME)
+    {
+        return registry;
+    }
+    let quotas = server.registry::<ResourceQuota>();
+    registry.with_admission(Arc::new(QuotaAdmission::<K>::new(quotas)))
+}
+
+/// Serves `K`, counted by quotas, with the generic verbs only.
+fn plain_counted<K: Kind + Counted + JsonSchema>(server: &ApiServer) {
+    serve(server, counted(server, registry::<K>(server)), None);
+}
+
 /// Services allocate cluster IPs and node ports as they are written.
 fn services(server: &ApiServer) -> GenericRegistry<BuiltIn<Service>> {
-    registry::<Service>(server).with_hooks(server.services.clone())
+    counted(server, registry::<Service>(server)).with_hooks(server.services.clone())
 }
 
 /// The namespaces registry keeps the namespace cache up to date with its own writes.
@@ -57,19 +93,48 @@ fn namespaces(server: &ApiServer) -> GenericRegistry<BuiltIn<Namespace>> {
     }
 }
 
-/// Pods pass the admission plugins that read other objects; ServiceAccounts must be
-/// registered first.
+/// Pods pass the admission plugins that read other objects; ServiceAccounts, LimitRanges and
+/// PriorityClasses must be registered first.
 fn pods(server: &ApiServer) -> GenericRegistry<BuiltIn<Pod>> {
-    let pods = registry::<Pod>(server);
-    if !server
-        .options
-        .admission
-        .enabled(serviceaccount::PLUGIN_NAME)
-    {
-        return pods;
+    let mut pods = registry::<Pod>(server);
+    let admission = &server.options.admission;
+    // In upstream's order: LimitRanger, ServiceAccount, then Priority.
+    if admission.enabled(limit_ranger::PLUGIN_NAME) {
+        for phase in [Phase::Mutate, Phase::Final] {
+            let ranges = server.registry::<LimitRange>();
+            pods = pods.with_admission(Arc::new(LimitRanger::new(ranges, phase)));
+        }
     }
-    let accounts = server.registry::<ServiceAccount>();
-    pods.with_admission(Arc::new(ServiceAccountAdmission::new(accounts)))
+    if admission.enabled(serviceaccount::PLUGIN_NAME) {
+        let accounts = server.registry::<ServiceAccount>();
+        pods = pods.with_admission(Arc::new(ServiceAccountAdmission::new(accounts)));
+    }
+    if admission.enabled(priority::PLUGIN_NAME) {
+        let classes = server.registry::<PriorityClass>();
+        pods = pods.with_admission(Arc::new(PriorityAdmission::new(classes)));
+    }
+    counted(server, pods)
+}
+
+/// Claims within their namespace's LimitRanges; LimitRanges must be registered first.
+fn claims(server: &ApiServer) -> GenericRegistry<BuiltIn<PersistentVolumeClaim>> {
+    let claims = registry::<PersistentVolumeClaim>(server);
+    if !server.options.admission.enabled(limit_ranger::PLUGIN_NAME) {
+        return counted(server, claims);
+    }
+    let ranges = server.registry::<LimitRange>();
+    let claims = claims.with_admission(Arc::new(LimitRanger::new(ranges, Phase::Final)));
+    counted(server, claims)
+}
+
+/// PriorityClasses: one global default at most (the Priority plugin's half for classes).
+fn priority_classes(server: &ApiServer) -> GenericRegistry<BuiltIn<PriorityClass>> {
+    let classes = registry::<PriorityClass>(server);
+    if !server.options.admission.enabled(priority::PLUGIN_NAME) {
+        return classes;
+    }
+    let store = Arc::new(registry::<PriorityClass>(server));
+    classes.with_admission(Arc::new(OneGlobalDefault::new(store)))
 }
 
 /// Records `registry` as the one `server.registry::<K>()` hands out and serves it, its kind
@@ -116,20 +181,29 @@ pub fn register(server: &ApiServer) {
         auth: server.auth.clone(),
     });
     serve(server, registry::<ServiceAccount>(server), Some(accounts));
+    serve(server, priority_classes(server), None);
     serve(
         server,
         namespaces(server),
         Some(Arc::new(NamespaceExtension)),
     );
-    serve(server, pods(server), Some(Arc::new(PodExtension)));
+    plain::<PodDisruptionBudget>(server);
+    plain::<LimitRange>(server);
+    plain::<ResourceQuota>(server);
+    let budgets = server.registry::<PodDisruptionBudget>();
+    serve(
+        server,
+        pods(server),
+        Some(Arc::new(PodExtension { budgets })),
+    );
     serve(server, services(server), None);
     plain::<Endpoints>(server);
-    plain::<ConfigMap>(server);
-    plain::<Secret>(server);
+    plain_counted::<ConfigMap>(server);
+    plain_counted::<Secret>(server);
     plain::<Node>(server);
     plain::<Event>(server);
     plain::<PersistentVolume>(server);
-    plain::<PersistentVolumeClaim>(server);
+    serve(server, claims(server), None);
     plain::<Deployment>(server);
     plain::<ReplicaSet>(server);
     plain::<StatefulSet>(server);
@@ -149,6 +223,22 @@ pub fn register(server: &ApiServer) {
     plain::<ClusterRoleBinding>(server);
     plain::<EventV1>(server);
     plain::<CustomResourceDefinition>(server);
+    plain_counted::<ReplicationController>(server);
+    plain::<PodTemplate>(server);
+    plain::<ControllerRevision>(server);
+    plain::<RuntimeClass>(server);
+    plain::<NetworkPolicy>(server);
+    serve(
+        server,
+        registry::<CertificateSigningRequest>(server),
+        Some(Arc::new(CertificateSigningRequestExtension)),
+    );
+    plain::<FlowSchema>(server);
+    plain::<PriorityLevelConfiguration>(server);
+    plain::<CSIDriver>(server);
+    plain::<CSINode>(server);
+    plain::<VolumeAttachment>(server);
+    plain::<CSIStorageCapacity>(server);
     crate::handlers::authorization::register(server);
     crate::handlers::authentication::register(server);
 }

@@ -200,6 +200,21 @@ impl ApiServer {
         Ok(())
     }
 
+    /// Creates each of `objects` (cluster-scoped) unless an object of its name exists: what
+    /// an administrator changed is kept.
+    async fn ensure<K: Kind>(&self, objects: Vec<K>) -> Result<(), minik8s_api::ApiError> {
+        let registry = self.registry::<K>();
+        for object in objects {
+            let name = object.metadata().name.clone().unwrap_or_default();
+            match registry.create(None, object, false).await {
+                Ok(_) => tracing::info!(kind = K::KIND, %name, "created"),
+                Err(e) if e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     pub async fn bootstrap(
         &self,
         crds: &[CustomResourceDefinition],
@@ -225,6 +240,13 @@ impl ApiServer {
             }
         }
         self.install_crds(crds).await?;
+        // Upstream's post-start hooks: the system priority classes, and the mandatory
+        // flow-control objects (exempt and catch-all).
+        self.ensure(minik8s_api::kinds::priority_class::system_priority_classes())
+            .await?;
+        let (schemas, levels) = minik8s_api::kinds::flowcontrol::bootstrap();
+        self.ensure(levels).await?;
+        self.ensure(schemas).await?;
         match self.address.parse::<SocketAddr>() {
             Ok(addr) => {
                 crate::registry::services::controlplane::reconcile(

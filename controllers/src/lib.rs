@@ -6,6 +6,7 @@
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod garbagecollector;
@@ -21,6 +22,7 @@ pub mod nodelifecycle;
 pub mod podautoscaler;
 pub mod podgc;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod scheduler;
 pub mod serviceaccount;

@@ -61,6 +61,9 @@ type Starter = fn(Arc<Informers>) -> std::pin::Pin<Box<dyn Future<Output = ()> +
 fn controllers() -> Vec<(&'static str, Starter)> {
     vec![
         ("replicaset", |c| Box::pin(crate::replicaset::run(c))),
+        (crate::replicaset::replication::NAME, |c| {
+            Box::pin(crate::replicaset::replication::run(c))
+        }),
         ("deployment", |c| Box::pin(crate::deployment::run(c))),
         ("job", |c| Box::pin(crate::job::run(c))),
         ("cronjob", |c| Box::pin(crate::cronjob::run(c))),
@@ -85,6 +88,12 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         }),
         ("pod-garbage-collector", |c| {
             Box::pin(crate::podgc::run(c, Default::default()))
+        }),
+        (crate::disruption::NAME, |c| {
+            Box::pin(crate::disruption::run(c))
+        }),
+        (crate::resourcequota::NAME, |c| {
+            Box::pin(crate::resourcequota::run(c))
         }),
     ]
 }

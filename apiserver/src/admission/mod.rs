@@ -2,7 +2,10 @@
 //! objects through the registries (upstream's plugin/pkg/admission). Plugins that only look
 //! at the object itself are the kinds' `admit` strategies in `minik8s_api`.
 
+pub mod limit_ranger;
 pub mod namespace_lifecycle;
+pub mod priority;
+pub mod resource_quota;
 pub mod serviceaccount;
 
 /// Upstream's `--disable-admission-plugins`: which of this server's plugins are off.
@@ -14,13 +17,26 @@ pub struct AdmissionOptions {
 impl AdmissionOptions {
     /// The plugins this server has, as upstream names them.
     pub const PLUGINS: &'static [&'static str] = &[
+        limit_ranger::PLUGIN_NAME,
         namespace_lifecycle::PLUGIN_NAME,
+        priority::PLUGIN_NAME,
+        resource_quota::PLUGIN_NAME,
         serviceaccount::PLUGIN_NAME,
     ];
 
     pub fn enabled(&self, plugin: &str) -> bool {
         !self.disabled.iter().any(|d| d == plugin)
     }
+}
+
+/// The name admission errors give a new object: its `generateName` prefix when it has one,
+/// as upstream's messages for generated pods (`pods "web-7d9c8f-" is forbidden: ...`).
+pub fn name_in_errors(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.generate_name
+        .as_deref()
+        .filter(|g| !g.is_empty())
+        .or(meta.name.as_deref())
+        .unwrap_or_default()
 }
 
 /// `registry` with the admission every registry of a namespaced resource runs

@@ -225,12 +225,15 @@ pub fn resource_list(resources: &[ResourceInfo], group: &str, version: &str) -> 
             ..Default::default()
         });
         for s in &r.subresources {
+            // A subresource of another group version names both (kubectl finds
+            // `pods/eviction` only so).
+            let other = s.group != r.group || s.version != r.version;
             list.push(APIResource {
                 name: format!("{}/{}", r.plural, s.name),
                 singular_name: String::new(),
                 namespaced: r.namespaced,
-                group: (s.group != r.group).then(|| s.group.clone()),
-                version: (s.version != r.version).then(|| s.version.clone()),
+                group: other.then(|| s.group.clone()),
+                version: other.then(|| s.version.clone()),
                 kind: s.kind.clone(),
                 verbs: s.verbs.clone(),
                 ..Default::default()

@@ -3,10 +3,12 @@
 
 pub mod authentication;
 pub mod authorization;
+pub mod certificates;
 pub mod codec;
 pub mod connect;
 pub mod custom;
 pub mod discovery;
+pub mod eviction;
 pub mod fieldmanager;
 pub mod health;
 pub mod layers;

@@ -1,4 +1,5 @@
-//! Pod subresources beyond the generic ones: `binding`, which the scheduler uses to place a pod.
+//! Pod subresources beyond the generic ones: `binding`, which the scheduler uses to place a
+//! pod, and `eviction` (see [`super::eviction`]).
 
 use async_trait::async_trait;
 use axum::response::Response;
@@ -8,11 +9,14 @@ use minik8s_api::strategy::BuiltIn;
 use minik8s_api::{ApiError, Target, meta};
 
 use super::codec::{self, json};
+use super::eviction::{self, Budgets};
 use super::request::Verb;
 use super::resource::{ApiRequest, Extension};
 use crate::registry::generic::GenericRegistry;
 
-pub struct PodExtension;
+pub struct PodExtension {
+    pub budgets: Budgets,
+}
 
 #[async_trait]
 impl Extension<BuiltIn<Pod>> for PodExtension {
@@ -23,9 +27,33 @@ impl Extension<BuiltIn<Pod>> for PodExtension {
     ) -> Option<Result<Response, ApiError>> {
         match (&req.target.verb, req.target.subresource.as_deref()) {
             (Verb::Create, Some("binding")) => Some(bind(reg, req).await),
+            (Verb::Create, Some("eviction")) => Some(evict(reg, &self.budgets, req).await),
             _ => None,
         }
     }
+}
+
+async fn evict(
+    reg: &GenericRegistry<BuiltIn<Pod>>,
+    budgets: &Budgets,
+    req: &ApiRequest,
+) -> Result<Response, ApiError> {
+    let ns = req.namespace().unwrap_or_default();
+    let dry_run = req.dry_run()?;
+    eviction::evict(
+        reg,
+        budgets,
+        ns,
+        req.name(),
+        req.content_type(),
+        &req.body,
+        dry_run,
+    )
+    .await?;
+    Ok(json(
+        StatusCode::CREATED,
+        &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
 }
 
 /// Assigns a pod to a node once, and marks it scheduled.

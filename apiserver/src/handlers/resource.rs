@@ -460,7 +460,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 }
             }
             (Verb::DeleteCollection, None) => {
-                if info.plural == "namespaces" && info.group.is_empty() {
+                if !info.verbs.iter().any(|v| v == "deletecollection") {
                     return Err(ApiError::method_not_supported(
                         reg.target(""),
                         "deletecollection",

@@ -57,8 +57,9 @@ pub trait WriteHooks<O>: Send + Sync + 'static {
 /// An admission plugin that must read other objects to decide (upstream's ServiceAccount
 /// admission looks up the pod's account; NamespaceLifecycle, the namespace). Runs on
 /// creates: [`Phase::Validate`] plugins once the object is valid, before anything is
-/// reserved for it; [`Phase::Mutate`] plugins after the kind's own mutating admission, just
-/// before the write. It may change the object or refuse it.
+/// reserved for it; [`Phase::Mutate`] plugins after the kind's own mutating admission;
+/// [`Phase::Final`] plugins after every mutation, just before the write. It may change the
+/// object or refuse it.
 #[async_trait::async_trait]
 pub trait CreateAdmission<O>: Send + Sync + 'static {
     fn phase(&self) -> Phase {
@@ -72,6 +73,9 @@ pub trait CreateAdmission<O>: Send + Sync + 'static {
 pub enum Phase {
     Validate,
     Mutate,
+    /// Upstream's validating admission: it sees the object as it will be stored, every
+    /// default filled in (LimitRanger's bounds, then ResourceQuota's charge, last).
+    Final,
 }
 
 type Callback = Box<dyn FnOnce() + Send>;
@@ -874,6 +878,8 @@ impl<S: Strategy> GenericRegistry<S> {
             // them: what admission adds is owned by no manager.
             self.strategy.admit(&mut candidate);
             self.run_admission(Phase::Mutate, &mut candidate, dry_run)
+                .await?;
+            self.run_admission(Phase::Final, &mut candidate, dry_run)
                 .await?;
             self.with_zero_values(&mut candidate)?;
             let key = self.key(self.strategy.meta(&candidate).namespace.as_deref(), &name);

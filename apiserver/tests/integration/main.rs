@@ -3,6 +3,7 @@
 //! every file was a binary of its own.
 
 mod admission;
+mod api_resources;
 mod compat;
 mod crd;
 mod hpa_versions;
@@ -12,6 +13,7 @@ mod metrics_api;
 mod nonresource;
 mod openapi;
 mod patch;
+mod policy;
 mod protobuf;
 mod rest;
 mod serviceaccounts;

@@ -27,6 +27,7 @@ mod applets;
 mod autoscale;
 mod knative;
 mod nonresource;
+mod policy;
 
 /// One kubectl binary of the matrix.
 #[derive(Clone)]
@@ -129,6 +130,12 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "raw-paths" => nonresource::raw_paths,
     "busybox-applets" => applets::busybox_applets,
     "autoscale" => autoscale::autoscale,
+    "create-policy-objects" => policy::create_policy_objects,
+    "certificate-approve" => policy::certificate_approve,
+    "get-rc" => policy::get_rc,
+    "drain" => policy::drain,
+    "quota-pods" => policy::quota_pods,
+    "limitrange-defaults" => policy::limitrange_defaults,
     "knative-service" => knative::knative_service,
     "kubectl-fn" => knative::kubectl_fn,
 };

@@ -10,62 +10,136 @@
 //! Creations go out in slow-start batches (1, 2, 4, ...) so a template the API rejects costs
 //! one failed request, not `replicas` of them. Deletions pick the pods whose loss hurts least
 //! first, ranked as upstream's `ActivePodsWithRanks` does.
+//!
+//! The sync is generic over [`Replicated`] because core/v1 ReplicationControllers must behave
+//! exactly as ReplicaSets do: upstream runs them through this same sync behind a conversion
+//! layer ([`replication`]), and a second copy of it would drift.
 
 use std::cmp::Ordering;
+use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::util::events::Recorder;
 use futures::{StreamExt, future};
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Reporter};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::informers::Cache;
 use crate::informers::{ByController, Change, Informers};
-use crate::util::controller_ref::{claim, controller_of, controller_ref, owners_of};
+use crate::util::controller_ref::{claim, controller_of, controller_ref, owners_selecting};
 use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
 use crate::util::pods::{is_active, is_available, is_ready, pod_from_template};
 use crate::util::reconciler::{Error, Reconciler};
 
 mod deletion;
+pub mod replication;
 
 pub use deletion::pods_to_delete;
 
 /// Upstream's `BurstReplicas`: at most this many creations or deletions per sync.
 pub const BURST_REPLICAS: usize = 500;
-const REPORTER: &str = "replicaset-controller";
-const KIND: &str = "ReplicaSet";
 
-struct Ctx {
+/// What the sync needs of the object whose pods it counts: upstream's conversion of a
+/// ReplicationController into a ReplicaSet, reduced to the fields the sync reads and the
+/// status it writes. The owner references and the API handle come from [`Resource`].
+pub trait Replicated:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The controller's name (its reconcile spans and upstream's `--controllers` name).
+    const NAME: &'static str;
+    /// The component its events are reported by.
+    const REPORTER: &'static str;
+
+    fn selector(&self) -> Result<Selector, SelectorError>;
+    fn template(&self) -> Option<&PodTemplateSpec>;
+    /// `spec.replicas`, 1 when unset.
+    fn replicas(&self) -> i32;
+    fn min_ready_seconds(&self) -> i32;
+    /// The status, as a ReplicaSet's.
+    fn replica_status(&self) -> ReplicaSetStatus;
+    /// Replaces the status with `status`, converted back.
+    fn set_replica_status(&mut self, status: ReplicaSetStatus);
+}
+
+impl Replicated for ReplicaSet {
+    const NAME: &'static str = "replicaset";
+    const REPORTER: &'static str = "replicaset-controller";
+
+    fn selector(&self) -> Result<Selector, SelectorError> {
+        Selector::from_label_selector(self.spec.as_ref().map(|s| &s.selector))
+    }
+
+    fn template(&self) -> Option<&PodTemplateSpec> {
+        self.spec.as_ref().and_then(|s| s.template.as_ref())
+    }
+
+    fn replicas(&self) -> i32 {
+        self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+    }
+
+    fn min_ready_seconds(&self) -> i32 {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.min_ready_seconds)
+            .unwrap_or(0)
+    }
+
+    fn replica_status(&self) -> ReplicaSetStatus {
+        self.status.clone().unwrap_or_default()
+    }
+
+    fn set_replica_status(&mut self, status: ReplicaSetStatus) {
+        self.status = Some(status);
+    }
+}
+
+struct Ctx<K: Replicated> {
     client: Client,
-    sets: Cache<ReplicaSet>,
+    sets: Cache<K>,
     pods: ByController<Pod>,
     expectations: Arc<Expectations>,
     recorder: Recorder,
 }
 
-/// Runs the controller until dropped.
+/// Runs the ReplicaSet controller until dropped.
 pub async fn run(informers: Arc<Informers>) {
+    run_for::<ReplicaSet>(informers).await
+}
+
+/// Runs the controller of `K`s until dropped.
+pub async fn run_for<K: Replicated>(informers: Arc<Informers>) {
     let client = informers.client();
     let expectations = Arc::new(Expectations::new());
-    let sets = informers.of::<ReplicaSet>();
+    let sets = informers.of::<K>();
     let pods = informers.of::<Pod>();
     let forget = expectations.clone();
     let set_changes = sets.touched_after(move |c| {
         if let Change::Deleted(rs) = c {
-            forget.forget(&key(rs));
+            forget.forget(&key(rs.as_ref()));
         }
     });
     let observed = expectations.clone();
-    let pod_changes = pods.touched_and_left_after(move |c| observe_pods(&observed, KIND, c));
+    let kind = K::kind(&()).into_owned();
+    let pod_changes = pods.touched_and_left_after(move |c| observe_pods(&observed, &kind, c));
     let controller = Controller::for_shared_stream(set_changes, sets.store().kube_store());
     let sets_cache = sets.store();
     let ctx = Arc::new(Ctx {
@@ -76,41 +150,35 @@ pub async fn run(informers: Arc<Informers>) {
         recorder: Recorder::new(
             client,
             Reporter {
-                controller: REPORTER.into(),
+                controller: K::REPORTER.into(),
                 instance: None,
             },
         ),
     });
-    let (reconcile, error_policy) = Reconciler::new("replicaset", sync).split();
+    let (reconcile, error_policy) = Reconciler::new(K::NAME, sync::<K>).split();
     controller
         .watches_shared_stream(pod_changes, move |pod: Arc<Pod>| {
-            owners_of(&sets_cache, pod.as_ref(), |rs: &ReplicaSet| {
-                rs.spec.as_ref().map(|s| &s.selector)
-            })
+            owners_selecting(&sets_cache, pod.as_ref(), |rs: &K| rs.selector().ok())
         })
         .run(reconcile, error_policy, ctx)
         .for_each(|_| future::ready(()))
         .await;
 }
 
-fn key(rs: &ReplicaSet) -> String {
+fn key(rs: &impl Resource) -> String {
     format!("{}/{}", rs.namespace().unwrap_or_default(), rs.name_any())
 }
 
-fn rs_selector(rs: &ReplicaSet) -> Result<Selector, SelectorError> {
-    Selector::from_label_selector(rs.spec.as_ref().map(|s| &s.selector))
-}
-
 /// Upstream's `syncReplicaSet`.
-async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+async fn sync<K: Replicated>(rs: Arc<K>, ctx: Arc<Ctx<K>>) -> Result<Action, Error> {
     ctx.pods
         .wait_until_ready()
         .await
         .map_err(|_| Error::failed("pod cache closed"))?;
-    let key = key(&rs);
+    let key = key(rs.as_ref());
     let ns = rs.namespace().unwrap_or_default();
-    let selector = rs_selector(&rs)?;
-    let needs_sync = ctx.expectations.satisfied(&key) && rs.metadata.deletion_timestamp.is_none();
+    let selector = rs.selector()?;
+    let needs_sync = ctx.expectations.satisfied(&key) && rs.meta().deletion_timestamp.is_none();
 
     // Its own pods and the orphans it may adopt; pods of other controllers are never claimed.
     let candidates = ctx
@@ -118,7 +186,7 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .controlled_by(&rs.uid().unwrap_or_default(), Some(&ns))
         .into_iter()
         .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()) && is_active(p));
-    let sets: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let sets: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pods = if selector.is_empty() {
         // Upstream refuses selectors that select everything; validation rejects them too.
@@ -128,19 +196,18 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     };
 
     let mut manage_error = None;
-    if needs_sync && let Err(e) = manage_replicas(&rs, &pods, &ctx).await {
+    if needs_sync && let Err(e) = manage_replicas(rs.as_ref(), &pods, ctx.as_ref()).await {
         manage_error = Some(e);
     }
 
     let now = Timestamp::now();
-    let status = calculate_status(&rs, &pods, manage_error.as_ref(), now);
-    let written = update_status(&sets, &rs, status).await?;
+    let status = calculate_status(rs.as_ref(), &pods, manage_error.as_ref(), now);
+    let written = update_status(&sets, rs.as_ref(), status).await?;
     if let Some(e) = manage_error {
         return Err(e);
     }
-    let spec = rs.spec.clone().unwrap_or_default();
-    let min_ready = spec.min_ready_seconds.unwrap_or(0);
-    let want = spec.replicas.unwrap_or(1);
+    let min_ready = rs.min_ready_seconds();
+    let want = rs.replicas();
     if min_ready > 0
         && written.ready_replicas.unwrap_or(0) == want
         && written.available_replicas.unwrap_or(0) != want
@@ -159,15 +226,15 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 /// Pods of every ReplicaSet that shares this one's controller (a Deployment's old and new
 /// ReplicaSets): deleting a pod from a node crowded with its siblings is preferred. Only a
 /// scale-down needs them (upstream's `getIndirectlyRelatedPods`).
-fn related_pods(rs: &ReplicaSet, ctx: &Ctx) -> Vec<Arc<Pod>> {
+fn related_pods<K: Replicated>(rs: &K, ctx: &Ctx<K>) -> Vec<Arc<Pod>> {
     let Some(owner) = controller_of(rs) else {
         return Vec::new();
     };
-    let ns = rs.metadata.namespace.as_deref();
+    let ns = rs.meta().namespace.as_deref();
     ctx.sets
         .state()
         .iter()
-        .filter(|s| s.metadata.namespace.as_deref() == ns)
+        .filter(|s| s.meta().namespace.as_deref() == ns)
         .filter(|s| controller_of(s.as_ref()).is_some_and(|o| o.uid == owner.uid))
         .filter_map(|s| s.uid())
         .flat_map(|uid| ctx.pods.controlled_by(&uid, None))
@@ -176,25 +243,20 @@ fn related_pods(rs: &ReplicaSet, ctx: &Ctx) -> Vec<Arc<Pod>> {
 }
 
 /// Upstream's `manageReplicas`.
-async fn manage_replicas(rs: &ReplicaSet, pods: &[Arc<Pod>], ctx: &Ctx) -> Result<(), Error> {
+async fn manage_replicas<K: Replicated>(
+    rs: &K,
+    pods: &[Arc<Pod>],
+    ctx: &Ctx<K>,
+) -> Result<(), Error> {
     let key = key(rs);
     let ns = rs.namespace().unwrap_or_default();
-    let want = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.replicas)
-        .unwrap_or(1)
-        .max(0) as usize;
+    let want = rs.replicas().max(0) as usize;
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     match pods.len().cmp(&want) {
         Ordering::Equal => Ok(()),
         Ordering::Less => {
             let diff = (want - pods.len()).min(BURST_REPLICAS);
-            let template = rs
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.clone())
-                .unwrap_or_default();
+            let template = rs.template().cloned().unwrap_or_default();
             let pod = pod_from_template(&template, &ns, &rs.name_any(), controller_ref(rs));
             ctx.expectations.expect_creations(&key, diff);
             let (created, error) = slow_start_batch(diff, || {
@@ -327,19 +389,17 @@ where
 
 /// Upstream's `calculateStatus`.
 fn calculate_status(
-    rs: &ReplicaSet,
+    rs: &impl Replicated,
     pods: &[Arc<Pod>],
     manage_error: Option<&Error>,
     now: Timestamp,
 ) -> ReplicaSetStatus {
-    let spec = rs.spec.clone().unwrap_or_default();
-    let template_labels = spec
-        .template
-        .as_ref()
+    let template_labels = rs
+        .template()
         .and_then(|t| t.metadata.as_ref())
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
-    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    let min_ready = rs.min_ready_seconds();
     let fully_labeled = pods
         .iter()
         .filter(|p| {
@@ -355,10 +415,10 @@ fn calculate_status(
         .filter(|p| is_available(p, min_ready, now))
         .count() as i32;
 
-    let old = rs.status.clone().unwrap_or_default();
+    let old = rs.replica_status();
     let mut conditions: Vec<ReplicaSetCondition> = old.conditions.clone().unwrap_or_default();
     let failure = conditions.iter().position(|c| c.type_ == "ReplicaFailure");
-    let want = spec.replicas.unwrap_or(1) as usize;
+    let want = rs.replicas().max(0) as usize;
     match manage_error {
         Some(e) if failure.is_none() => {
             let reason = if pods.len() < want {
@@ -394,24 +454,24 @@ fn calculate_status(
 
 /// Upstream's `updateReplicaSetStatus`: writes only changes, with one retry on a fresh read
 /// after a conflict. The generation recorded is the one this sync acted on.
-async fn update_status(
-    api: &Api<ReplicaSet>,
-    rs: &ReplicaSet,
+async fn update_status<K: Replicated>(
+    api: &Api<K>,
+    rs: &K,
     mut status: ReplicaSetStatus,
 ) -> Result<ReplicaSetStatus, Error> {
-    status.observed_generation = rs.metadata.generation;
-    let old = rs.status.clone().unwrap_or_default();
+    status.observed_generation = rs.meta().generation;
+    let old = rs.replica_status();
     if old == status {
         return Ok(old);
     }
     let mut current = rs.clone();
     for attempt in 0..2 {
-        current.status = Some(status.clone());
+        current.set_replica_status(status.clone());
         match api
             .replace_status(&current.name_any(), &PostParams::default(), &current)
             .await
         {
-            Ok(written) => return Ok(written.status.unwrap_or_default()),
+            Ok(written) => return Ok(written.replica_status()),
             Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {
                 current = api.get(&rs.name_any()).await?;
                 if current.uid() != rs.uid() {

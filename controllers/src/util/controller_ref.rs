@@ -39,6 +39,22 @@ where
     K: Resource<DynamicType = ()> + Clone + 'static,
     D: Resource,
 {
+    owners_selecting(owners, dependent, |o| {
+        Selector::from_label_selector(selector_of(o)).ok()
+    })
+}
+
+/// [`owners_of`] for owners whose selector is not a `LabelSelector` (a ReplicationController's
+/// label map): `selector_of` gives it parsed, or `None` when it is invalid.
+pub fn owners_selecting<K, D>(
+    owners: &Store<K>,
+    dependent: &D,
+    selector_of: impl Fn(&K) -> Option<Selector>,
+) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+    D: Resource,
+{
     let ns = dependent.meta().namespace.clone().unwrap_or_default();
     if let Some(owner) = controller_of(dependent) {
         let same_kind =
@@ -56,10 +72,7 @@ where
         .state()
         .iter()
         .filter(|o| o.meta().namespace.as_deref() == Some(ns.as_str()))
-        .filter(|o| {
-            Selector::from_label_selector(selector_of(o))
-                .is_ok_and(|s| !s.is_empty() && s.matches(labels))
-        })
+        .filter(|o| selector_of(o).is_some_and(|s| !s.is_empty() && s.matches(labels)))
         .map(|o| ObjectRef::from_obj(o.as_ref()))
         .collect()
 }

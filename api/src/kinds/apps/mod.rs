@@ -1,6 +1,7 @@
 //! apps/v1 workloads, one module each; here the rules they share about selectors, pod
 //! templates and rollout parameters.
 
+pub mod controller_revision;
 pub mod daemon_set;
 pub mod deployment;
 pub mod replica_set;

@@ -92,6 +92,19 @@ impl Kind for Pod {
         }
     }
 
+    /// What Priority admission set on create is kept when an update leaves it out (upstream's
+    /// plugin does this on Update), so that `kubectl replace` of a manifest still works.
+    fn prepare_update(&mut self, old: &Self) {
+        if let (Some(spec), Some(old)) = (self.spec.as_mut(), old.spec.as_ref()) {
+            if spec.priority.is_none() {
+                spec.priority = old.priority;
+            }
+            if spec.preemption_policy.is_none() {
+                spec.preemption_policy = old.preemption_policy.clone();
+            }
+        }
+    }
+
     fn validate(&self, errs: &mut Errors) {
         match &self.spec {
             None => errs.push(FieldError::required(&Path::new("spec"), "")),

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::core::v1::{Binding, Pod};
+use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIResourceList, DeleteOptions, ListMeta, ObjectMeta, Patch, Status, WatchEvent,
 };
@@ -77,6 +78,7 @@ pub fn subresource_kinds() -> Vec<(Gvk, KindSchema)> {
     vec![
         (Gvk::of::<Scale>(), KindSchema::of::<Scale>()),
         (Gvk::of::<Binding>(), KindSchema::of::<Binding>()),
+        (Gvk::of::<Eviction>(), KindSchema::of::<Eviction>()),
     ]
 }
 

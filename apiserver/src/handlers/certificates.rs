@@ -1,0 +1,83 @@
+//! The CertificateSigningRequest `approval` subresource: how `kubectl certificate approve`
+//! and `deny` record a decision. Only the Approved and Denied conditions of the body are
+//! taken (upstream's approval strategy); the spec and the rest of the status stay as stored.
+
+use async_trait::async_trait;
+use axum::response::Response;
+use http::StatusCode;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use minik8s_api::ApiError;
+use minik8s_api::kinds::certificates::apply_approval;
+use minik8s_api::strategy::{BuiltIn, Kind};
+
+use super::codec::{self, json};
+use super::request::Verb;
+use super::resource::{ApiRequest, Extension};
+use crate::registry::generic::GenericRegistry;
+
+pub struct CertificateSigningRequestExtension;
+
+#[async_trait]
+impl Extension<BuiltIn<CertificateSigningRequest>> for CertificateSigningRequestExtension {
+    async fn handle(
+        &self,
+        reg: &GenericRegistry<BuiltIn<CertificateSigningRequest>>,
+        req: &ApiRequest,
+    ) -> Option<Result<Response, ApiError>> {
+        match (&req.target.verb, req.target.subresource.as_deref()) {
+            (Verb::Update, Some("approval")) => Some(approval(reg, req).await),
+            (Verb::Get, Some("approval")) => Some(
+                reg.get(None, req.name())
+                    .await
+                    .map(|csr| json(StatusCode::OK, &csr)),
+            ),
+            (_, Some("approval")) => Some(Err(ApiError::method_not_supported(
+                reg.target(req.name()),
+                req.target.verb.as_str(),
+            ))),
+            _ => None,
+        }
+    }
+}
+
+async fn approval(
+    reg: &GenericRegistry<BuiltIn<CertificateSigningRequest>>,
+    req: &ApiRequest,
+) -> Result<Response, ApiError> {
+    const KIND: &str = "CertificateSigningRequest";
+    let value = codec::parse_body(req.content_type(), &req.body, KIND)?;
+    let body: CertificateSigningRequest =
+        codec::decode_object(value, KIND, "certificates.k8s.io/v1", false)?;
+    let name = req.name();
+    if body.metadata.name.as_deref() != Some(name) {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            body.metadata.name.clone().unwrap_or_default()
+        )));
+    }
+    let precondition = match body
+        .metadata
+        .resource_version
+        .as_deref()
+        .filter(|rv| !rv.is_empty())
+    {
+        Some(rv) => Some(
+            rv.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?,
+        ),
+        None => None,
+    };
+    let (csr, _) = reg
+        .guaranteed_update(None, name, precondition, req.dry_run()?, |current| {
+            let mut new = current.clone();
+            apply_approval(&mut new, &body);
+            let mut errs = Vec::new();
+            new.validate_update(&current, &mut errs);
+            match errs.is_empty() {
+                true => Ok(new),
+                false => Err(ApiError::invalid(KIND, "certificates.k8s.io", name, &errs)),
+            }
+        })
+        .await?;
+    Ok(json(StatusCode::OK, &csr))
+}
