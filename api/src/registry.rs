@@ -193,6 +193,9 @@ const BUILT_IN: &[Def] = &[
     .categories(ALL)
     .sub(&["status", "scale"]),
     def("", "v1", "PodTemplate", "podtemplates", true),
+    def("", "v1", "ComponentStatus", "componentstatuses", false)
+        .short(&["cs"])
+        .verbs(&["get", "list"]),
     def("", "v1", "LimitRange", "limitranges", true).short(&["limits"]),
     def("", "v1", "ResourceQuota", "resourcequotas", true)
         .short(&["quota"])

@@ -14,9 +14,9 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Event, LimitRange, Namespace, Node, PersistentVolume,
-    PersistentVolumeClaim, Pod, PodTemplate, ReplicationController, ResourceQuota, Secret, Service,
-    ServiceAccount,
+    Binding, ComponentStatus, ConfigMap, Endpoints, Event, LimitRange, Namespace, Node,
+    PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate, ReplicationController,
+    ResourceQuota, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event as EventV1;
@@ -41,7 +41,7 @@ use crate::admission::serviceaccount::{self, ServiceAccountAdmission};
 use crate::handlers::certificates::CertificateSigningRequestExtension;
 use crate::handlers::namespaces::NamespaceExtension;
 use crate::handlers::openapi::KindSchema;
-use crate::handlers::pods::PodExtension;
+use crate::handlers::pods::{BindingsEndpoint, PodExtension};
 use crate::handlers::resource::{Extension, ResourceEndpoint};
 use crate::handlers::serviceaccounts::ServiceAccountExtension;
 use crate::registry::generic::{GenericRegistry, Phase};
@@ -196,6 +196,9 @@ pub fn register(server: &ApiServer) {
         pods(server),
         Some(Arc::new(PodExtension { budgets })),
     );
+    let bindings = BindingsEndpoint::new(server.registry::<Pod>());
+    server.openapi.register_type::<Binding>();
+    server.register(Arc::new(bindings));
     serve(server, services(server), None);
     plain::<Endpoints>(server);
     plain_counted::<ConfigMap>(server);
@@ -240,5 +243,8 @@ pub fn register(server: &ApiServer) {
     plain::<VolumeAttachment>(server);
     plain::<CSIStorageCapacity>(server);
     crate::handlers::authorization::register(server);
+    server.openapi.register_type::<ComponentStatus>();
+    let statuses = crate::handlers::component_status::ComponentStatusEndpoint::new(server);
+    server.register(Arc::new(statuses));
     crate::handlers::authentication::register(server);
 }

@@ -7,6 +7,7 @@
 pub mod apps;
 pub mod batch;
 pub mod certificates;
+pub mod component_status;
 pub mod config;
 pub mod csi;
 pub mod custom_resource_definition;

@@ -1,7 +1,9 @@
 //! `authorization.k8s.io/v1` reviews: what `kubectl auth can-i` asks. This server authorizes
 //! every authenticated request (there is no RBAC enforcement yet), so it answers as upstream's
 //! AlwaysAllow authorizer does: every access review is allowed, and a rules review lists
-//! everything. The reviews are not stored; `create` is their only verb.
+//! everything. The reviews are not stored; `create` is their only verb. A
+//! LocalSubjectAccessReview is the namespaced form a namespace's admin may ask: it answers
+//! the same, once its namespaces agree.
 
 use std::sync::Arc;
 
@@ -9,8 +11,9 @@ use async_trait::async_trait;
 use axum::response::Response;
 use http::StatusCode;
 use k8s_openapi::api::authorization::v1::{
-    NonResourceRule, ResourceRule, SelfSubjectAccessReview, SelfSubjectRulesReview,
-    SubjectAccessReview, SubjectAccessReviewStatus, SubjectRulesReviewStatus,
+    LocalSubjectAccessReview, NonResourceRule, ResourceRule, SelfSubjectAccessReview,
+    SelfSubjectRulesReview, SubjectAccessReview, SubjectAccessReviewSpec,
+    SubjectAccessReviewStatus, SubjectRulesReviewStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use minik8s_api::validation::{FieldError, NameRule, Path};
@@ -29,6 +32,7 @@ enum Review {
     SelfSubjectAccess,
     SelfSubjectRules,
     SubjectAccess,
+    LocalSubjectAccess,
 }
 
 pub struct ReviewEndpoint {
@@ -63,6 +67,13 @@ pub fn register(server: &ApiServer) {
     server.openapi.register_type::<SelfSubjectAccessReview>();
     server.openapi.register_type::<SelfSubjectRulesReview>();
     server.openapi.register_type::<SubjectAccessReview>();
+    server.openapi.register_type::<LocalSubjectAccessReview>();
+    let mut local = info("LocalSubjectAccessReview", "localsubjectaccessreviews");
+    local.namespaced = true;
+    server.register(Arc::new(ReviewEndpoint {
+        info: local,
+        review: Review::LocalSubjectAccess,
+    }));
     for (kind, plural, review) in [
         (
             "SelfSubjectAccessReview",
@@ -105,6 +116,60 @@ fn attributes_errors(resource: bool, non_resource: bool) -> Vec<FieldError> {
     }
 }
 
+/// Upstream's `ValidateSubjectAccessReviewSpec`.
+fn spec_errors(spec: &SubjectAccessReviewSpec) -> Vec<FieldError> {
+    let mut errors = attributes_errors(
+        spec.resource_attributes.is_some(),
+        spec.non_resource_attributes.is_some(),
+    );
+    if spec.user.as_deref().unwrap_or_default().is_empty()
+        && spec.groups.as_ref().is_none_or(|g| g.is_empty())
+    {
+        errors.push(FieldError::invalid(
+            &Path::new("spec").child("user"),
+            "",
+            "at least one of user or group must be specified",
+        ));
+    }
+    errors
+}
+
+/// Upstream's `ValidateLocalSubjectAccessReview`: only the namespace in the metadata, the
+/// same namespace in the attributes, and no non-resource attributes.
+fn local_errors(review: &LocalSubjectAccessReview) -> Vec<FieldError> {
+    let mut errors = spec_errors(&review.spec);
+    let mut rest = review.metadata.clone();
+    rest.namespace = None;
+    rest.managed_fields = None;
+    if rest != ObjectMeta::default() {
+        errors.push(FieldError::invalid(
+            &Path::new("metadata"),
+            serde_json::to_string(&review.metadata).unwrap_or_default(),
+            "must be empty except for namespace",
+        ));
+    }
+    let ns = review.metadata.namespace.clone().unwrap_or_default();
+    if let Some(attrs) = &review.spec.resource_attributes
+        && attrs.namespace.clone().unwrap_or_default() != ns
+    {
+        errors.push(FieldError::invalid(
+            &Path::new("spec")
+                .child("resourceAttributes")
+                .child("namespace"),
+            attrs.namespace.clone().unwrap_or_default(),
+            "must match metadata.namespace",
+        ));
+    }
+    if review.spec.non_resource_attributes.is_some() {
+        errors.push(FieldError::invalid(
+            &Path::new("spec").child("nonResourceAttributes"),
+            serde_json::to_string(&review.spec.non_resource_attributes).unwrap_or_default(),
+            "disallowed on this kind of request",
+        ));
+    }
+    errors
+}
+
 /// Reviews are not objects: their metadata must be empty (managedFields aside).
 fn metadata_errors(meta: &ObjectMeta) -> Vec<FieldError> {
     let mut rest = meta.clone();
@@ -143,10 +208,11 @@ pub(crate) fn decode_review<T: serde::de::DeserializeOwned + serde::Serialize>(
     )
 }
 
-/// Reviews are only created, at the collection's cluster-scoped path.
+/// Reviews are only created, at the collection's path (in a namespace for the namespaced
+/// kind).
 pub(crate) fn check_review_create(info: &ResourceInfo, req: &ApiRequest) -> Result<(), ApiError> {
     let t = &req.target;
-    if t.namespace.is_some() || t.subresource.is_some() {
+    if t.namespace.is_some() != info.namespaced || t.subresource.is_some() {
         return Err(ApiError::path_not_found());
     }
     let target = Target {
@@ -192,21 +258,31 @@ impl ReviewEndpoint {
             }
             Review::SubjectAccess => {
                 let (mut review, warnings): (SubjectAccessReview, _) = self.decode(req)?;
-                let spec = &review.spec;
                 let mut errors = metadata_errors(&review.metadata);
-                errors.extend(attributes_errors(
-                    spec.resource_attributes.is_some(),
-                    spec.non_resource_attributes.is_some(),
-                ));
-                if spec.user.as_deref().unwrap_or_default().is_empty()
-                    && spec.groups.as_ref().is_none_or(|g| g.is_empty())
-                {
-                    errors.push(FieldError::invalid(
-                        &Path::new("spec").child("user"),
-                        "",
-                        "at least one of user or group must be specified",
-                    ));
+                errors.extend(spec_errors(&review.spec));
+                if !errors.is_empty() {
+                    return Err(invalid(errors));
                 }
+                review.status = Some(allowed());
+                (
+                    render::write_response(&req.headers, StatusCode::CREATED, &review),
+                    warnings,
+                )
+            }
+            Review::LocalSubjectAccess => {
+                let (mut review, warnings): (LocalSubjectAccessReview, _) = self.decode(req)?;
+                let ns = req.target.namespace.clone().unwrap_or_default();
+                // The create handler's rule: the body's namespace is the path's, or agrees.
+                match review.metadata.namespace.as_deref() {
+                    None | Some("") => review.metadata.namespace = Some(ns.clone()),
+                    Some(given) if given != ns => {
+                        return Err(ApiError::bad_request(
+                            "the namespace of the provided object does not match the namespace sent on the request",
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                let errors = local_errors(&review);
                 if !errors.is_empty() {
                     return Err(invalid(errors));
                 }

@@ -5,6 +5,7 @@ pub mod authentication;
 pub mod authorization;
 pub mod certificates;
 pub mod codec;
+pub mod component_status;
 pub mod connect;
 pub mod custom;
 pub mod discovery;

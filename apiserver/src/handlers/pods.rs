@@ -1,17 +1,20 @@
 //! Pod subresources beyond the generic ones: `binding`, which the scheduler uses to place a
-//! pod, and `eviction` (see [`super::eviction`]).
+//! pod, and `eviction` (see [`super::eviction`]); and `bindings`, the older way to bind that
+//! upstream still serves, which names the pod in the body instead of the path.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use axum::response::Response;
 use http::StatusCode;
 use k8s_openapi::api::core::v1::{Binding, Pod, PodCondition};
 use minik8s_api::strategy::BuiltIn;
-use minik8s_api::{ApiError, Target, meta};
+use minik8s_api::{ApiError, ResourceInfo, Target, meta};
 
 use super::codec::{self, json};
 use super::eviction::{self, Budgets};
 use super::request::Verb;
-use super::resource::{ApiRequest, Extension};
+use super::resource::{ApiRequest, Endpoint, Extension};
 use crate::registry::generic::GenericRegistry;
 
 pub struct PodExtension {
@@ -56,22 +59,37 @@ async fn evict(
     ))
 }
 
-/// Assigns a pod to a node once, and marks it scheduled.
-async fn bind(reg: &GenericRegistry<BuiltIn<Pod>>, req: &ApiRequest) -> Result<Response, ApiError> {
+fn decode_binding(req: &ApiRequest) -> Result<Binding, ApiError> {
     let value = codec::parse_body(req.content_type(), &req.body, "Binding")?;
-    let binding: Binding = codec::decode_object(value, "Binding", "v1", false)?;
+    codec::decode_object(value, "Binding", "v1", false)
+}
+
+/// `pods/NAME/binding`.
+async fn bind(reg: &GenericRegistry<BuiltIn<Pod>>, req: &ApiRequest) -> Result<Response, ApiError> {
+    let binding = decode_binding(req)?;
     let name = req.name();
-    let binding_target = Target {
-        group: "",
-        resource: "pods/binding",
-        name,
-    };
     if binding.metadata.name.as_deref().is_some_and(|n| n != name) {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({name})",
             binding.metadata.name.clone().unwrap_or_default()
         )));
     }
+    assign(reg, req.namespace(), name, &binding, req.dry_run()?).await
+}
+
+/// Assigns a pod to a node once, and marks it scheduled.
+async fn assign(
+    reg: &GenericRegistry<BuiltIn<Pod>>,
+    ns: Option<&str>,
+    name: &str,
+    binding: &Binding,
+    dry_run: bool,
+) -> Result<Response, ApiError> {
+    let binding_target = Target {
+        group: "",
+        resource: "pods/binding",
+        name,
+    };
     let node = binding.target.name.clone().unwrap_or_default();
     if node.is_empty() {
         let err = minik8s_api::validation::FieldError::required(
@@ -80,7 +98,7 @@ async fn bind(reg: &GenericRegistry<BuiltIn<Pod>>, req: &ApiRequest) -> Result<R
         );
         return Err(ApiError::invalid("Binding", "", name, &[err]));
     }
-    reg.guaranteed_update(req.namespace(), name, None, req.dry_run()?, |mut pod| {
+    reg.guaranteed_update(ns, name, None, dry_run, |mut pod| {
         if let Some(uid) = binding.metadata.uid.as_deref()
             && pod.metadata.uid.as_deref() != Some(uid)
         {
@@ -119,4 +137,56 @@ async fn bind(reg: &GenericRegistry<BuiltIn<Pod>>, req: &ApiRequest) -> Result<R
         StatusCode::CREATED,
         &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
+}
+
+/// `POST /api/v1/namespaces/NS/bindings`, binding the pod the body names.
+pub struct BindingsEndpoint {
+    info: ResourceInfo,
+    pods: Arc<GenericRegistry<BuiltIn<Pod>>>,
+}
+
+impl BindingsEndpoint {
+    pub fn new(pods: Arc<GenericRegistry<BuiltIn<Pod>>>) -> Self {
+        let mut info = super::authorization::review_info("", "Binding", "bindings");
+        info.namespaced = true;
+        BindingsEndpoint { info, pods }
+    }
+
+    async fn dispatch(&self, req: &ApiRequest) -> Result<Response, ApiError> {
+        let t = &req.target;
+        if t.namespace.is_none() || t.subresource.is_some() {
+            return Err(ApiError::path_not_found());
+        }
+        if t.verb != Verb::Create || t.name.is_some() {
+            let target = Target {
+                group: "",
+                resource: "bindings",
+                name: t.name.as_deref().unwrap_or_default(),
+            };
+            return Err(ApiError::method_not_supported(target, t.verb.as_str()));
+        }
+        let binding = decode_binding(req)?;
+        let Some(name) = binding.metadata.name.clone().filter(|n| !n.is_empty()) else {
+            let err = minik8s_api::validation::FieldError::required(
+                &minik8s_api::validation::Path::new("metadata").child("name"),
+                "name or generateName is required",
+            );
+            return Err(ApiError::invalid("Binding", "", "", &[err]));
+        };
+        assign(&self.pods, req.namespace(), &name, &binding, req.dry_run()?).await
+    }
+}
+
+#[async_trait]
+impl Endpoint for BindingsEndpoint {
+    fn info(&self) -> &ResourceInfo {
+        &self.info
+    }
+
+    async fn serve(&self, req: ApiRequest) -> Response {
+        match self.dispatch(&req).await {
+            Ok(resp) => resp,
+            Err(e) => super::render::error_response(&req.headers, &e),
+        }
+    }
 }

@@ -12,14 +12,11 @@ const UPSTREAM: &str = include_str!("../data/api-resources-1.32.txt");
 
 /// Upstream's resources this server does not serve yet.
 const NOT_SERVED: &[&str] = &[
-    "v1/bindings",
-    "v1/componentstatuses",
     "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "admissionregistration.k8s.io/v1/validatingadmissionpolicies",
     "admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
     "admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
     "apiregistration.k8s.io/v1/apiservices",
-    "authorization.k8s.io/v1/localsubjectaccessreviews",
 ];
 
 /// One line of the fixture, or of what the server lists, in the fixture's form.

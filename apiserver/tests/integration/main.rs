@@ -2,9 +2,11 @@
 //! links the whole server and client stack again, which cost CI about 45 s per file when
 //! every file was a binary of its own.
 
+mod access_reviews;
 mod admission;
 mod api_resources;
 mod compat;
+mod component_status;
 mod crd;
 mod hpa_versions;
 mod kube_client;

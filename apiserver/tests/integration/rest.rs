@@ -843,6 +843,22 @@ async fn binding() {
         )
         .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // The older `bindings` collection: the pod named in the body.
+    s.post(pods, pod("q")).await;
+    let bindings = "/api/v1/namespaces/default/bindings";
+    let b = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "q"},
+                   "target": {"kind": "Node", "name": "n2"}});
+    let r = s.post(bindings, b).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(
+        s.get(&format!("{pods}/q")).await.json()["spec"]["nodeName"],
+        "n2"
+    );
+    let nameless = json!({"apiVersion": "v1", "kind": "Binding", "target": {"name": "n2"}});
+    let r = s.post(bindings, nameless).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{r:?}");
+    assert_eq!(s.get(bindings).await.status, StatusCode::METHOD_NOT_ALLOWED);
 }
 
 #[tokio::test]

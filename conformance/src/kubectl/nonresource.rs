@@ -1,11 +1,14 @@
 //! Paths outside the resource API, read with `kubectl get --raw` as users (and the probes of
 //! load balancers) read them: discovery and `/version` with a trailing slash, and the health
-//! endpoints' per-check listing, exclusions and per-check paths.
+//! endpoints' per-check listing, exclusions and per-check paths; the kubelet's Prometheus
+//! endpoints through the node proxy; and `kubectl get componentstatuses`.
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
 use serde_json::Value;
 
-use super::Ctx;
+use super::{Ctx, header, row};
 use crate::support::contains;
 
 pub async fn raw_paths(c: &Ctx) -> anyhow::Result<()> {
@@ -62,5 +65,51 @@ pub async fn raw_paths(c: &Ctx) -> anyhow::Result<()> {
     ensure!(c.ok(&["get", "--raw", "/livez/ping"]).await? == "ok");
     let err = c.fails(&["get", "--raw", "/readyz/nope"]).await?;
     contains(&err, "NotFound")?;
+    Ok(())
+}
+
+/// What suites and Prometheus read off every node: `/metrics` and `/metrics/cadvisor`
+/// through `nodes/NAME/proxy`.
+pub async fn node_metrics(c: &Ctx) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    let list = nodes.list(&Default::default()).await?;
+    let node = list.items.first().context("no node")?;
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let own = c
+        .ok(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{name}/proxy/metrics"),
+        ])
+        .await?;
+    contains(&own, &format!("kubelet_node_name{{node=\"{name}\"}} 1\n"))?;
+    contains(&own, "# TYPE kubelet_running_pods gauge\n")?;
+    let cadvisor = c
+        .ok(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{name}/proxy/metrics/cadvisor"),
+        ])
+        .await?;
+    contains(
+        &cadvisor,
+        "# TYPE container_cpu_usage_seconds_total counter\n",
+    )?;
+    contains(&cadvisor, "machine_cpu_cores ")?;
+    Ok(())
+}
+
+/// The control plane's health as `kubectl get cs` prints it: every component healthy on a
+/// running cluster.
+pub async fn componentstatuses(c: &Ctx) -> anyhow::Result<()> {
+    let out = c.ok(&["get", "componentstatuses"]).await?;
+    ensure!(
+        header(&out) == ["NAME", "STATUS", "MESSAGE", "ERROR"],
+        "header: {out}"
+    );
+    for component in ["controller-manager", "scheduler", "etcd-0"] {
+        let r = row(&out, component)?;
+        ensure!(r[1..] == ["Healthy", "ok"], "{component}: {r:?}");
+    }
     Ok(())
 }

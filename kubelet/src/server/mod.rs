@@ -4,6 +4,7 @@
 //! server (`kube-apiserver-kubelet-client`) and `system:masters` may use it.
 
 pub mod logs;
+pub mod metrics;
 pub mod proxy;
 pub mod stats;
 
@@ -114,6 +115,8 @@ pub fn tls_config(tls: &ServingTls) -> Result<rustls::ServerConfig, ServeError> 
 pub struct KubeletServer {
     pub shared: Arc<Shared>,
     cpu: Mutex<Option<stats::CpuSample>>,
+    /// When this kubelet started serving, for `process_start_time_seconds`.
+    started: jiff::Timestamp,
 }
 
 impl KubeletServer {
@@ -121,6 +124,7 @@ impl KubeletServer {
         Arc::new(KubeletServer {
             shared,
             cpu: Mutex::new(None),
+            started: jiff::Timestamp::now(),
         })
     }
 }
@@ -141,6 +145,8 @@ pub fn router(server: Arc<KubeletServer>) -> Router {
         .route("/stats/summary", get(summary))
         .route("/stats/summary/", get(summary))
         .route("/metrics/resource", get(metrics_resource))
+        .route("/metrics/cadvisor", get(metrics_cadvisor))
+        .route("/metrics", get(metrics_kubelet))
         .fallback(|| async { text(StatusCode::NOT_FOUND, "404 page not found\n") })
         .layer(middleware::from_fn(authorize))
         .with_state(server)
@@ -838,17 +844,47 @@ async fn summary(
     }
 }
 
-async fn metrics_resource(State(k): State<Arc<KubeletServer>>) -> Response {
-    let summary = collect_summary(&k, SummaryScope::CpuAndMemory).await;
+/// Which of the Prometheus endpoints a scrape asked for.
+#[derive(Clone, Copy)]
+enum Exposition {
+    Resource,
+    Cadvisor,
+    Kubelet,
+}
+
+async fn exposition(k: &KubeletServer, which: Exposition) -> Response {
+    let summary = collect_summary(k, SummaryScope::CpuAndMemory).await;
     if let Err(e) = &summary {
-        tracing::warn!(error = %e, "collecting resource metrics failed");
+        tracing::warn!(error = %e, "collecting metrics failed");
     }
-    let mut resp = stats::resource_metrics(summary.as_ref().ok()).into_response();
+    let summary = summary.as_ref().ok();
+    let text = match which {
+        Exposition::Resource => metrics::resource(summary),
+        Exposition::Cadvisor => {
+            let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+            let machine = metrics::Machine::read(&read("/proc/cpuinfo"), &read("/proc/meminfo"));
+            metrics::cadvisor(summary, machine)
+        }
+        Exposition::Kubelet => metrics::kubelet(&k.shared.config.node_name, summary, k.started),
+    };
+    let mut resp = text.into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     resp
+}
+
+async fn metrics_resource(State(k): State<Arc<KubeletServer>>) -> Response {
+    exposition(&k, Exposition::Resource).await
+}
+
+async fn metrics_cadvisor(State(k): State<Arc<KubeletServer>>) -> Response {
+    exposition(&k, Exposition::Cadvisor).await
+}
+
+async fn metrics_kubelet(State(k): State<Arc<KubeletServer>>) -> Response {
+    exposition(&k, Exposition::Kubelet).await
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 //! /proc; and the same numbers as Prometheus text (`/metrics/resource`).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::Path;
 
 use jiff::Timestamp;
@@ -533,141 +532,6 @@ pub fn cpu_and_memory_only(s: &Summary) -> Summary {
     }
 }
 
-fn millis(t: &str) -> Option<i64> {
-    t.parse::<Timestamp>().ok().map(|t| t.as_millisecond())
-}
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// `/metrics/resource`: upstream's resource metrics in the Prometheus text format, each
-/// sample stamped with the time it was measured.
-pub fn resource_metrics(s: Option<&Summary>) -> String {
-    let mut out = String::new();
-    let mut family =
-        |name: &str, kind: &str, help: &str, samples: Vec<(String, f64, Option<i64>)>| {
-            let _ = writeln!(out, "# HELP {name} [STABLE] {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, v, ts) in samples {
-                let _ = match ts {
-                    Some(ts) => writeln!(out, "{name}{labels} {v} {ts}"),
-                    None => writeln!(out, "{name}{labels} {v}"),
-                };
-            }
-        };
-    let container_labels = |p: &PodStats, c: &ContainerStats| {
-        format!(
-            "{{container=\"{}\",namespace=\"{}\",pod=\"{}\"}}",
-            escape(&c.name),
-            escape(&p.pod_ref.namespace),
-            escape(&p.pod_ref.name)
-        )
-    };
-    let pod_labels = |p: &PodStats| {
-        format!(
-            "{{namespace=\"{}\",pod=\"{}\"}}",
-            escape(&p.pod_ref.namespace),
-            escape(&p.pod_ref.name)
-        )
-    };
-    let empty = Summary::default();
-    let sum = s.unwrap_or(&empty);
-    let cpu_seconds = |c: &Option<CpuStats>| {
-        c.as_ref().and_then(|c| {
-            c.usage_core_nano_seconds
-                .map(|n| (n as f64 / 1e9, millis(&c.time)))
-        })
-    };
-    let working_set = |m: &Option<MemoryStats>| {
-        m.as_ref()
-            .and_then(|m| m.working_set_bytes.map(|b| (b as f64, millis(&m.time))))
-    };
-    let mut containers_cpu = Vec::new();
-    let mut containers_mem = Vec::new();
-    let mut containers_start = Vec::new();
-    let mut pods_cpu = Vec::new();
-    let mut pods_mem = Vec::new();
-    for p in &sum.pods {
-        for c in &p.containers {
-            let l = container_labels(p, c);
-            if let Some((v, ts)) = cpu_seconds(&c.cpu) {
-                containers_cpu.push((l.clone(), v, ts));
-            }
-            if let Some((v, ts)) = working_set(&c.memory) {
-                containers_mem.push((l.clone(), v, ts));
-            }
-            if let Some(ms) = millis(&c.start_time) {
-                containers_start.push((l, ms as f64 / 1000.0, None));
-            }
-        }
-        let l = pod_labels(p);
-        if let Some((v, ts)) = cpu_seconds(&p.cpu) {
-            pods_cpu.push((l.clone(), v, ts));
-        }
-        if let Some((v, ts)) = working_set(&p.memory) {
-            pods_mem.push((l, v, ts));
-        }
-    }
-    family(
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the container in core-seconds",
-        containers_cpu,
-    );
-    family(
-        "container_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the container in bytes",
-        containers_mem,
-    );
-    family(
-        "container_start_time_seconds",
-        "gauge",
-        "Start time of the container since unix epoch in seconds",
-        containers_start,
-    );
-    family(
-        "node_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the node in core-seconds",
-        cpu_seconds(&sum.node.cpu)
-            .map(|(v, ts)| (String::new(), v, ts))
-            .into_iter()
-            .collect(),
-    );
-    family(
-        "node_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the node in bytes",
-        working_set(&sum.node.memory)
-            .map(|(v, ts)| (String::new(), v, ts))
-            .into_iter()
-            .collect(),
-    );
-    family(
-        "pod_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the pod in core-seconds",
-        pods_cpu,
-    );
-    family(
-        "pod_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the pod in bytes",
-        pods_mem,
-    );
-    family(
-        "resource_scrape_error",
-        "gauge",
-        "1 if there was an error while getting container metrics, 0 otherwise",
-        vec![(String::new(), if s.is_some() { 0.0 } else { 1.0 }, None)],
-    );
-    out
-}
-
 // ---- the host, from /proc ----
 
 /// Cumulative CPU time the host spent outside idle, in nanoseconds (/proc/stat).
@@ -936,49 +800,5 @@ mod tests {
             got,
             [("c1".to_string(), 7000, 4000), ("c2".to_string(), 9, 2000)]
         );
-    }
-
-    #[test]
-    fn metrics_text() {
-        let s = Summary {
-            node: NodeStats {
-                node_name: "n".into(),
-                cpu: Some(CpuStats {
-                    time: "2024-05-01T10:00:00Z".into(),
-                    usage_nano_cores: Some(5),
-                    usage_core_nano_seconds: Some(2_500_000_000),
-                }),
-                ..Default::default()
-            },
-            pods: vec![PodStats {
-                pod_ref: PodReference {
-                    name: "p".into(),
-                    namespace: "ns".into(),
-                    uid: "u".into(),
-                },
-                containers: vec![ContainerStats {
-                    name: "c".into(),
-                    start_time: "2024-05-01T09:00:00Z".into(),
-                    memory: Some(MemoryStats {
-                        time: "2024-05-01T10:00:00Z".into(),
-                        working_set_bytes: Some(1024),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        };
-        let text = resource_metrics(Some(&s));
-        assert!(text.contains("node_cpu_usage_seconds_total 2.5 1714557600000\n"));
-        assert!(text.contains(
-            "container_memory_working_set_bytes{container=\"c\",namespace=\"ns\",pod=\"p\"} 1024 1714557600000\n"
-        ));
-        assert!(text.contains(
-            "container_start_time_seconds{container=\"c\",namespace=\"ns\",pod=\"p\"} 1714554000\n"
-        ));
-        assert!(text.contains("# TYPE pod_cpu_usage_seconds_total counter\n"));
-        assert!(text.contains("resource_scrape_error 0\n"));
-        assert!(resource_metrics(None).contains("resource_scrape_error 1\n"));
     }
 }

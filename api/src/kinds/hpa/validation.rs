@@ -452,30 +452,6 @@ fn is_positive(q: &Quantity) -> bool {
     quantity::Quantity::parse(&q.0).is_some_and(|q| q.is_positive())
 }
 
-/// Resource names a pod's quota can count (upstream's `standardResources`).
-const STANDARD_RESOURCES: &[&str] = &[
-    "cpu",
-    "memory",
-    "ephemeral-storage",
-    "requests.cpu",
-    "requests.memory",
-    "requests.ephemeral-storage",
-    "limits.cpu",
-    "limits.memory",
-    "limits.ephemeral-storage",
-    "pods",
-    "resourcequotas",
-    "services",
-    "replicationcontrollers",
-    "secrets",
-    "configmaps",
-    "persistentvolumeclaims",
-    "storage",
-    "requests.storage",
-    "services.nodeports",
-    "services.loadbalancers",
-];
-
 /// Upstream's `ValidateContainerResourceName` (core/v1 validation): a qualified name that is
 /// a standard container resource, a `kubernetes.io/` one, or an extended resource.
 fn validate_container_resource_name(name: &str, path: &Path, errs: &mut Errors) {
@@ -487,7 +463,7 @@ fn validate_container_resource_name(name: &str, path: &Path, errs: &mut Errors) 
     let hugepages = |n: &str| n.starts_with("hugepages-");
     if !name.contains('/') {
         if is_qualified
-            && !STANDARD_RESOURCES.contains(&name)
+            && !crate::kinds::resource_quota::STANDARD_RESOURCES.contains(&name)
             && !hugepages(name)
             && !name.starts_with("requests.hugepages-")
         {

@@ -249,7 +249,7 @@ fn validate_scope_selector(
 // RuntimeClasses.
 
 /// Every resource name the system knows (`standardResources`).
-const STANDARD_RESOURCES: &[&str] = &[
+pub(crate) const STANDARD_RESOURCES: &[&str] = &[
     "cpu",
     "memory",
     "ephemeral-storage",
