@@ -16,7 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
@@ -102,20 +102,7 @@ pub async fn run(informers: Arc<Informers>, config: PodGcConfig) {
 /// Deletes the pod at once (grace period 0); the UID precondition spares a new pod of the same
 /// name. A pod already gone is no error.
 async fn force_delete(client: &Client, pod: &Pod) -> Result<(), kube::Error> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-    let params = DeleteParams {
-        grace_period_seconds: Some(0),
-        preconditions: Some(Preconditions {
-            uid: pod.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(&pod.name_any(), &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
+    crate::util::pods::delete_exactly(client, pod, Some(0)).await
 }
 
 /// Upstream's markFailedAndDeletePodWithCondition: a pod that had not finished is recorded as

@@ -17,7 +17,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -157,7 +156,6 @@ async fn evict(ctx: &Ctx, pod: &Pod) -> Result<(), kube::Error> {
     let key = key(pod);
     ctx.scheduled.lock().expect("scheduled").remove(&key);
     publish(ctx, pod, format!("Marking for deletion Pod {key}")).await;
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
     let condition = PodCondition {
         type_: "DisruptionTarget".into(),
         status: "True".into(),
@@ -166,37 +164,7 @@ async fn evict(ctx: &Ctx, pod: &Pod) -> Result<(), kube::Error> {
         last_transition_time: Some(Time(Timestamp::now())),
         ..Default::default()
     };
-    let patch = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"uid": pod.uid()},
-        "status": {"conditions": [condition]},
-    });
-    // A strategic merge patch merges the condition by type into the others.
-    match api
-        .patch_status(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Strategic(&patch),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-        Err(e) => return Err(e),
-    }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: pod.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(&pod.name_any(), &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
+    crate::util::pods::add_condition_and_delete(&ctx.client, pod, condition).await
 }
 
 async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {

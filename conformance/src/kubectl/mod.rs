@@ -28,6 +28,7 @@ mod autoscale;
 mod knative;
 mod nonresource;
 mod policy;
+mod scheduling;
 
 /// One kubectl binary of the matrix.
 #[derive(Clone)]
@@ -138,6 +139,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "drain" => policy::drain,
     "quota-pods" => policy::quota_pods,
     "limitrange-defaults" => policy::limitrange_defaults,
+    "preemption" => scheduling::preemption,
     "knative-service" => knative::knative_service,
     "kubectl-fn" => knative::kubectl_fn,
 };

@@ -4,10 +4,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
+use minik8s_api::selector::Selector;
 
 use super::cache::{Cache, NodeState, NodeUsage, PodInfo};
-use super::filters::{self, Rejection};
+use super::filters::{self, PodFilters, Rejection};
+use super::pod_affinity::{self, NamespaceLabels};
 use super::scoring::{self, Candidate, ScoringStrategy};
+use super::topology_spread;
 
 /// Why a pod could not be placed; its `Display` is the message of the `FailedScheduling`
 /// event and of the PodScheduled condition.
@@ -22,7 +25,75 @@ pub enum ScheduleError {
         rejections: Vec<Rejection>,
         /// The pod may not preempt (`preemptionPolicy: Never`).
         preemption_never: bool,
+        /// The nodes whose reasons evictions could change.
+        preemptable: Vec<String>,
     },
+}
+
+impl ScheduleError {
+    /// The message once preemption has found victims: upstream's FitError without the
+    /// preemption part.
+    pub fn without_preemption(&self) -> String {
+        match self {
+            ScheduleError::Unfit {
+                num_nodes,
+                rejections,
+                ..
+            } => format!(
+                "0/{num_nodes} nodes are available: {}.",
+                histogram(
+                    rejections
+                        .iter()
+                        .flat_map(|r| r.reasons.iter().map(String::as_str))
+                )
+            ),
+            other => other.to_string(),
+        }
+    }
+
+    /// Whether other pods keep this one out (affinity, anti-affinity or spreading), so that
+    /// a pod placed or changed somewhere may let it in.
+    pub fn waits_on_pods(&self) -> bool {
+        let ScheduleError::Unfit { rejections, .. } = self else {
+            return false;
+        };
+        rejections.iter().flat_map(|r| &r.reasons).any(|r| {
+            [
+                pod_affinity::ERR_AFFINITY_RULES,
+                pod_affinity::ERR_ANTI_AFFINITY_RULES,
+                pod_affinity::ERR_EXISTING_ANTI_AFFINITY,
+                topology_spread::ERR_CONSTRAINTS,
+            ]
+            .contains(&r.as_str())
+        })
+    }
+}
+
+/// What a decision reads of the cluster beyond its nodes and pods.
+pub struct Context<'a> {
+    pub namespace_labels: NamespaceLabels<'a>,
+    /// What the Services and the controller selecting the pod select: the pods it is
+    /// spread among when it has no constraints of its own.
+    pub default_spread_selector: Option<Selector>,
+    /// Pods of at least this pod's priority nominated to a node by preemption: the room
+    /// they wait for is theirs (upstream's addNominatedPods).
+    pub nominated: Vec<(&'a str, &'a PodInfo)>,
+}
+
+/// The filters' states for `pod` that depend on other pods (upstream's PreFilter).
+pub fn pod_filters(
+    pod: &Pod,
+    info: &PodInfo,
+    nodes: &BTreeMap<String, NodeState>,
+    cache: &Cache,
+    context: &Context<'_>,
+) -> (topology_spread::Constraints, PodFilters) {
+    let spread = topology_spread::constraints(pod, context.default_spread_selector.as_ref());
+    let pods = PodFilters {
+        spread: topology_spread::prefilter(pod, info, &spread, nodes, cache),
+        affinity: pod_affinity::prefilter(info, nodes, cache, context.namespace_labels),
+    };
+    (spread, pods)
 }
 
 /// `"<count> <reason>"` for each reason, sorted as strings (as upstream sorts them).
@@ -36,9 +107,9 @@ fn histogram<'a>(reasons: impl Iterator<Item = &'a str>) -> String {
     parts.join(", ")
 }
 
-/// Upstream's `FitError.Error()` followed by what its default preemption plugin reports. This
-/// scheduler does not preempt: nodes where preemption could help are reported as having no
-/// victims, which is what upstream says when no pod of lower priority runs there.
+/// Upstream's `FitError.Error()` followed by what its default preemption plugin reports when
+/// it finds no victims: nodes where evictions could help are reported as having none, the
+/// others as not helped by preemption.
 fn fit_message(num_nodes: &usize, rejections: &[Rejection], preemption_never: bool) -> String {
     let filters = histogram(
         rejections
@@ -94,6 +165,7 @@ pub fn schedule(
     info: &PodInfo,
     nodes: &BTreeMap<String, NodeState>,
     cache: &Cache,
+    context: &Context<'_>,
     strategy: ScoringStrategy,
     last: Option<&str>,
     next_start: &mut usize,
@@ -102,8 +174,10 @@ pub fn schedule(
     if nodes.is_empty() {
         return Err(ScheduleError::NoNodes);
     }
+    let (spread, pods) = pod_filters(pod, info, nodes, cache, context);
     let empty = NodeUsage::default();
     let mut rejections = Vec::new();
+    let mut preemptable = Vec::new();
     let mut candidates = Vec::new();
     let wanted = feasible_nodes_to_find(nodes.len());
     let start = *next_start % nodes.len();
@@ -113,18 +187,41 @@ pub fn schedule(
             break;
         }
         processed += 1;
-        let usage = cache.usage(name).unwrap_or(&empty);
-        match filters::run_all(pod, info, node, usage) {
+        let mut usage = cache.usage(name).unwrap_or(&empty);
+        let with_nominated;
+        if context.nominated.iter().any(|(n, _)| *n == name.as_str()) {
+            let mut u = usage.clone();
+            for (_, p) in context
+                .nominated
+                .iter()
+                .filter(|(n, _)| *n == name.as_str())
+            {
+                u.add(p);
+            }
+            with_nominated = u;
+            usage = &with_nominated;
+        }
+        match filters::run_all(pod, info, node, usage, &pods) {
             Ok(()) => candidates.push(Candidate {
                 name,
                 strategy_score: scoring::strategy_score(strategy, info, node, usage),
                 affinity_weight: filters::preferred_affinity_weight(pod, &node.node),
                 intolerable_taints: filters::intolerable_prefer_no_schedule(pod, &node.taints),
+                pod_affinity: 0,
+                spread: None,
             }),
-            Err(r) => rejections.push(r),
+            Err(r) => {
+                if r.resolvable {
+                    preemptable.push(name.clone());
+                }
+                rejections.push(r)
+            }
         }
     }
     *next_start = (start + processed) % nodes.len();
+    if candidates.len() > 1 {
+        score_other_pods(pod, info, &spread, nodes, cache, context, &mut candidates);
+    }
     match scoring::select(strategy, &candidates, last, random) {
         Some(i) => Ok(candidates[i].name.to_string()),
         None => Err(ScheduleError::Unfit {
@@ -135,7 +232,30 @@ pub fn schedule(
                 .as_ref()
                 .and_then(|s| s.preemption_policy.as_deref())
                 == Some("Never"),
+            preemptable,
         }),
+    }
+}
+
+/// Upstream's InterPodAffinity and PodTopologySpread scores of each candidate.
+fn score_other_pods(
+    pod: &Pod,
+    info: &PodInfo,
+    spread: &topology_spread::Constraints,
+    nodes: &BTreeMap<String, NodeState>,
+    cache: &Cache,
+    context: &Context<'_>,
+    candidates: &mut [Candidate<'_>],
+) {
+    let affinity = pod_affinity::score_map(info, nodes, cache, context.namespace_labels);
+    let names: Vec<&str> = candidates.iter().map(|c| c.name).collect();
+    let spreading = topology_spread::prescore(pod, info, spread, &names, nodes, cache);
+    for c in candidates.iter_mut() {
+        let node = &nodes[c.name].node;
+        c.pod_affinity = pod_affinity::score(&affinity, node);
+        if let Some(state) = &spreading {
+            c.spread = topology_spread::score(state, info, c.name, node, cache);
+        }
     }
 }
 
@@ -172,7 +292,94 @@ mod tests {
         strategy: ScoringStrategy,
         next: &mut usize,
     ) -> Result<String, ScheduleError> {
-        schedule(p, &PodInfo::new(p), ns, cache, strategy, None, next, |_| 0)
+        let context = Context {
+            namespace_labels: &|_| None,
+            default_spread_selector: None,
+            nominated: vec![],
+        };
+        schedule(
+            p,
+            &PodInfo::new(p),
+            ns,
+            cache,
+            &context,
+            strategy,
+            None,
+            next,
+            |_| 0,
+        )
+    }
+
+    #[test]
+    fn anti_affinity_places_one_replica_per_node_then_waits_on_pods() {
+        let ns = nodes(vec![
+            node("a", "4", serde_json::json!({"kubernetes.io/hostname": "a"})),
+            node("b", "4", serde_json::json!({"kubernetes.io/hostname": "b"})),
+        ]);
+        let mut p = pod(serde_json::json!({
+            "containers": [{"name": "c"}],
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}},
+                 "topologyKey": "kubernetes.io/hostname"}]}},
+        }));
+        p.metadata.namespace = Some("default".into());
+        p.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+        let info = PodInfo::new(&p);
+        let mut cache = Cache::default();
+        let mut placed = Vec::new();
+        for i in 0..2 {
+            let chosen = pick(&p, &ns, &cache, ScoringStrategy::MostAllocated, &mut 0).unwrap();
+            cache.assume(&i.to_string(), &chosen, info.clone());
+            placed.push(chosen);
+        }
+        placed.sort();
+        assert_eq!(placed, ["a", "b"]);
+        let err = pick(&p, &ns, &cache, ScoringStrategy::MostAllocated, &mut 0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules. \
+             preemption: 0/2 nodes are available: 2 No preemption victims found for incoming \
+             pod.."
+        );
+        assert!(err.waits_on_pods());
+    }
+
+    #[test]
+    fn default_spreading_outweighs_packing() {
+        let ns = nodes(vec![
+            node("a", "4", serde_json::json!({"kubernetes.io/hostname": "a"})),
+            node("b", "4", serde_json::json!({"kubernetes.io/hostname": "b"})),
+        ]);
+        let mut p = pod(serde_json::json!({"containers": [{"name": "c"}]}));
+        p.metadata.namespace = Some("default".into());
+        p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+        let info = PodInfo::new(&p);
+        let context = Context {
+            namespace_labels: &|_| None,
+            default_spread_selector: Some(Selector::parse("app=web").unwrap()),
+            nominated: vec![],
+        };
+        let mut cache = Cache::default();
+        let mut counts = BTreeMap::new();
+        for i in 0..6 {
+            let chosen = schedule(
+                &p,
+                &info,
+                &ns,
+                &cache,
+                &context,
+                ScoringStrategy::MostAllocated,
+                None,
+                &mut 0,
+                |_| 0,
+            )
+            .unwrap();
+            cache.assume(&i.to_string(), &chosen, info.clone());
+            *counts.entry(chosen).or_insert(0) += 1;
+        }
+        // MostAllocated alone packs every pod onto one node (see below); the Service's or
+        // ReplicaSet's default spreading keeps them even.
+        assert_eq!(counts.values().copied().collect::<Vec<_>>(), vec![3, 3]);
     }
 
     fn nodes(list: Vec<NodeState>) -> BTreeMap<String, NodeState> {

@@ -7,12 +7,13 @@
 //! they would all pick the same least-loaded node. The watch confirms the assumption; a failed
 //! bind forgets it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 
 use super::filters::effective_taints;
+use super::pod_affinity::AffinityTerms;
 use super::resources::{Resources, node_allocatable, pod_nonzero_requests, pod_requests};
 
 /// A host port a container asks for; the protocol and address are defaulted as upstream.
@@ -23,13 +24,49 @@ pub struct HostPort {
     pub port: i32,
 }
 
+/// Pods that every selector treats alike: one namespace, the same labels, all terminating or
+/// none. A ReplicaSet's pods on a node form one group, so the affinity and spreading
+/// selectors are matched once per group rather than once per pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodGroup {
+    pub namespace: String,
+    pub labels: Arc<BTreeMap<String, String>>,
+    pub terminating: bool,
+}
+
+impl PodGroup {
+    fn of(pod: &Pod) -> Self {
+        PodGroup {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            labels: Arc::new(pod.metadata.labels.clone().unwrap_or_default()),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+        }
+    }
+
+    fn differs(&self, pod: &Pod) -> bool {
+        let empty = BTreeMap::new();
+        self.terminating != pod.metadata.deletion_timestamp.is_some()
+            || Some(self.namespace.as_str()) != pod.metadata.namespace.as_deref()
+            || self.labels.as_ref() != pod.metadata.labels.as_ref().unwrap_or(&empty)
+    }
+}
+
 /// What the scheduler needs of a pod, computed once per pod version.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodInfo {
     pub requests: Resources,
     /// Cpu (millicores) and memory with defaults for containers without requests.
     pub nonzero: (i64, i64),
     pub ports: Vec<HostPort>,
+    pub group: PodGroup,
+    /// Its inter-pod affinity terms, when it has any.
+    pub affinity: Option<Arc<AffinityTerms>>,
+    /// Name and UID, to delete it if it is preempted.
+    pub name: String,
+    pub uid: String,
+    pub priority: i32,
+    /// When it started (its creation until the kubelet says), for choosing among victims.
+    pub start: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 impl PodInfo {
@@ -54,6 +91,17 @@ impl PodInfo {
             requests: pod_requests(spec),
             nonzero: pod_nonzero_requests(spec),
             ports,
+            group: PodGroup::of(pod),
+            affinity: AffinityTerms::of(pod).map(Arc::new),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            priority: spec.priority.unwrap_or(0),
+            start: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .or(pod.metadata.creation_timestamp.as_ref())
+                .map(|t| t.0),
         }
     }
 }
@@ -102,6 +150,44 @@ pub struct NodeUsage {
     pub pods: i64,
     /// Host ports in use, with how many pods use each.
     pub ports: HashMap<HostPort, u32>,
+    /// How many of its pods are in each group.
+    pub groups: HashMap<PodGroup, u32>,
+}
+
+impl NodeUsage {
+    /// Counts `pod` on the node.
+    pub fn add(&mut self, pod: &PodInfo) {
+        self.requested.add(&pod.requests);
+        self.nonzero_cpu += pod.nonzero.0;
+        self.nonzero_memory += pod.nonzero.1;
+        self.pods += 1;
+        for p in &pod.ports {
+            *self.ports.entry(p.clone()).or_default() += 1;
+        }
+        *self.groups.entry(pod.group.clone()).or_default() += 1;
+    }
+
+    /// Stops counting `pod` on the node.
+    pub fn sub(&mut self, pod: &PodInfo) {
+        self.requested.sub(&pod.requests);
+        self.nonzero_cpu -= pod.nonzero.0;
+        self.nonzero_memory -= pod.nonzero.1;
+        self.pods -= 1;
+        for p in &pod.ports {
+            if let Some(n) = self.ports.get_mut(p) {
+                *n -= 1;
+                if *n == 0 {
+                    self.ports.remove(p);
+                }
+            }
+        }
+        if let Some(n) = self.groups.get_mut(&pod.group) {
+            *n -= 1;
+            if *n == 0 {
+                self.groups.remove(&pod.group);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -116,11 +202,32 @@ pub struct Cache {
     /// By pod UID.
     pods: HashMap<String, PodRecord>,
     usage: BTreeMap<String, NodeUsage>,
+    /// Pods with inter-pod affinity terms (upstream's PodsWithAffinity), by UID.
+    with_affinity: HashSet<String>,
 }
 
 impl Cache {
     pub fn usage(&self, node: &str) -> Option<&NodeUsage> {
         self.usage.get(node)
+    }
+
+    /// Every node with pods, and what they use.
+    pub fn usages(&self) -> impl Iterator<Item = (&String, &NodeUsage)> {
+        self.usage.iter()
+    }
+
+    /// The pods with inter-pod affinity terms, with their nodes.
+    pub fn pods_with_affinity(&self) -> impl Iterator<Item = (&str, &PodInfo)> {
+        self.with_affinity
+            .iter()
+            .filter_map(|uid| self.pods.get(uid))
+            .map(|r| (r.node.as_str(), &r.info))
+    }
+
+    /// Whether the pod's namespace, labels or termination differ from what is counted (a
+    /// pod not counted differs).
+    pub fn group_differs(&self, uid: &str, pod: &Pod) -> bool {
+        self.pods.get(uid).is_none_or(|r| r.info.group.differs(pod))
     }
 
     pub fn is_assumed(&self, uid: &str) -> bool {
@@ -139,12 +246,9 @@ impl Cache {
     fn insert(&mut self, uid: &str, record: PodRecord) {
         self.remove(uid);
         let u = self.usage.entry(record.node.clone()).or_default();
-        u.requested.add(&record.info.requests);
-        u.nonzero_cpu += record.info.nonzero.0;
-        u.nonzero_memory += record.info.nonzero.1;
-        u.pods += 1;
-        for p in &record.info.ports {
-            *u.ports.entry(p.clone()).or_default() += 1;
+        u.add(&record.info);
+        if record.info.affinity.is_some() {
+            self.with_affinity.insert(uid.to_string());
         }
         self.pods.insert(uid.to_string(), record);
     }
@@ -185,24 +289,28 @@ impl Cache {
         let Some(record) = self.pods.remove(uid) else {
             return false;
         };
+        self.with_affinity.remove(uid);
         if let Some(u) = self.usage.get_mut(&record.node) {
-            u.requested.sub(&record.info.requests);
-            u.nonzero_cpu -= record.info.nonzero.0;
-            u.nonzero_memory -= record.info.nonzero.1;
-            u.pods -= 1;
-            for p in &record.info.ports {
-                if let Some(n) = u.ports.get_mut(p) {
-                    *n -= 1;
-                    if *n == 0 {
-                        u.ports.remove(p);
-                    }
-                }
-            }
+            u.sub(&record.info);
             if u.pods == 0 {
                 self.usage.remove(&record.node);
             }
         }
         true
+    }
+
+    /// The pods on each node of `nodes`, with what the scheduler knows of them.
+    pub fn pods_on<'a>(
+        &'a self,
+        nodes: &std::collections::HashSet<&str>,
+    ) -> HashMap<&'a str, Vec<&'a PodInfo>> {
+        let mut on: HashMap<&str, Vec<&PodInfo>> = HashMap::new();
+        for r in self.pods.values() {
+            if nodes.contains(r.node.as_str()) {
+                on.entry(r.node.as_str()).or_default().push(&r.info);
+            }
+        }
+        on
     }
 
     /// The UIDs of confirmed (not assumed) pods, to drop the ones a relist no longer has.
@@ -234,6 +342,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            ..Default::default()
         }
     }
 

@@ -1,6 +1,6 @@
 //! The filters that decide whether a pod may run on a node, in upstream's order and with
 //! upstream's reasons (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts,
-//! NodeResourcesFit), because users and tools read those reasons in `FailedScheduling`
+//! NodeResourcesFit, then PodTopologySpread and InterPodAffinity from their own modules), because users and tools read those reasons in `FailedScheduling`
 //! events. The first filter that rejects a node decides its reasons, as upstream.
 //!
 //! Nothing here does I/O: a filter sees the pod, the node and what is already bound to it.
@@ -14,6 +14,7 @@ use minik8s_api::selector::{Requirement, Selector};
 
 use super::cache::{HostPort, NodeState, NodeUsage, PodInfo};
 use super::resources::Resources;
+use super::{pod_affinity, topology_spread};
 
 pub const ERR_NODE_NAME: &str = "node(s) didn't match the requested node name";
 pub const ERR_UNSCHEDULABLE: &str = "node(s) were unschedulable";
@@ -35,12 +36,26 @@ pub struct Rejection {
 }
 
 impl Rejection {
-    fn unresolvable(reason: impl Into<String>) -> Self {
+    pub fn unresolvable(reason: impl Into<String>) -> Self {
         Rejection {
             reasons: vec![reason.into()],
             resolvable: false,
         }
     }
+
+    pub fn resolvable(reason: impl Into<String>) -> Self {
+        Rejection {
+            reasons: vec![reason.into()],
+            resolvable: true,
+        }
+    }
+}
+
+/// What the filters of other pods compute once per decision (upstream's PreFilter states).
+#[derive(Debug, Default)]
+pub struct PodFilters {
+    pub spread: Option<topology_spread::FilterState>,
+    pub affinity: Option<pod_affinity::FilterState>,
 }
 
 /// Every filter, in upstream's order.
@@ -49,6 +64,7 @@ pub fn run_all(
     info: &PodInfo,
     node: &NodeState,
     usage: &NodeUsage,
+    pods: &PodFilters,
 ) -> Result<(), Rejection> {
     node_unschedulable(pod, &node.node)?;
     node_name(pod, &node.node)?;
@@ -61,7 +77,14 @@ pub fn run_all(
         node.allowed_pods,
         &usage.requested,
         usage.pods,
-    )
+    )?;
+    if let Some(state) = &pods.spread {
+        topology_spread::filter(state, info, &node.node)?;
+    }
+    if let Some(state) = &pods.affinity {
+        pod_affinity::filter(state, &node.node)?;
+    }
+    Ok(())
 }
 
 fn tolerations(pod: &Pod) -> &[Toleration] {

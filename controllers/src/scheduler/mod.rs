@@ -1,5 +1,5 @@
-//! The scheduler (upstream's kube-scheduler with its default profile, minus preemption,
-//! volumes and inter-pod affinity): it places every pod that names `default-scheduler` (or no
+//! The scheduler (upstream's kube-scheduler with its default profile, minus preemption and
+//! volumes): it places every pod that names `default-scheduler` (or no
 //! scheduler) and no node.
 //!
 //! One task owns all state, as upstream's single scheduling loop does: it takes pod and node
@@ -13,11 +13,15 @@
 pub mod algorithm;
 pub mod cache;
 pub mod filters;
+mod listers;
+pub mod pod_affinity;
+pub mod preemption;
 pub mod queue;
 pub mod resources;
 pub mod scoring;
+pub mod topology_spread;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +43,7 @@ use crate::informers::{Change, Informers};
 use crate::leader::{LeaderElectionConfig, run_while_leader};
 use crate::util::pods::is_terminal;
 use cache::{Cache, NodeState, PodInfo};
+use listers::Listers;
 use queue::{QueuedPod, SchedulingQueue};
 pub use scoring::ScoringStrategy;
 
@@ -47,6 +52,8 @@ pub const SCHEDULER_NAME: &str = "default-scheduler";
 /// Binds in flight at once. Upstream binds each pod in a goroutine of its own; a bound keeps
 /// a burst from opening thousands of requests at once.
 const BIND_PARALLELISM: usize = 64;
+/// How long the scheduler waits for its caches of other kinds before it starts.
+const LISTERS_SYNC_LIMIT: Duration = Duration::from_secs(30);
 /// How often pods left unschedulable for long are looked at (upstream's flush period).
 const LEFTOVER_FLUSH_PERIOD: Duration = Duration::from_secs(30);
 
@@ -151,6 +158,9 @@ struct Scheduler {
     binds: Arc<Semaphore>,
     pods_synced: bool,
     nodes_synced: bool,
+    listers: Option<Listers>,
+    /// Pods nominated to a node by preemption, by UID: the node and the pod.
+    nominated: HashMap<String, (String, PodInfo)>,
 }
 
 impl Scheduler {
@@ -172,10 +182,15 @@ impl Scheduler {
             binds: Arc::new(Semaphore::new(BIND_PARALLELISM)),
             pods_synced: false,
             nodes_synced: false,
+            listers: None,
+            nominated: HashMap::new(),
         }
     }
 
     async fn run(mut self, informers: &Informers) {
+        let listers = Listers::new(informers);
+        listers.wait_until_ready(LISTERS_SYNC_LIMIT).await;
+        self.listers = Some(listers);
         let (pod_informer, node_informer) = (informers.of::<Pod>(), informers.of::<Node>());
         let (pod_cache, node_cache) = (pod_informer.store(), node_informer.store());
         let pods = pod_informer.changes();
@@ -225,6 +240,7 @@ impl Scheduler {
             Change::Deleted(pod) => {
                 let uid = pod.uid().unwrap_or_default();
                 self.queue.remove(&uid);
+                self.nominated.remove(&uid);
                 if self.cache.remove(&uid) {
                     self.queue.move_all_unschedulable(now);
                 }
@@ -260,13 +276,20 @@ impl Scheduler {
         let uid = pod.uid().unwrap_or_default();
         if let Some(node) = assigned_node(&pod) {
             self.queue.remove(&uid);
+            self.nominated.remove(&uid);
             if is_terminal(&pod) {
                 // A finished pod frees its node.
                 if self.cache.remove(&uid) {
                     self.queue.move_all_unschedulable(now);
                 }
-            } else if self.cache.is_assumed(&uid) || self.cache.node_of(&uid) != Some(node) {
+            } else if self.cache.is_assumed(&uid) {
                 self.cache.add_bound(&uid, node, PodInfo::new(&pod));
+            } else if self.cache.node_of(&uid) != Some(node) || self.cache.group_differs(&uid, &pod)
+            {
+                // Placed by someone else, or its labels changed: pods that other pods kept
+                // out may fit now.
+                self.cache.add_bound(&uid, node, PodInfo::new(&pod));
+                self.queue.move_pod_waiters(now);
             }
             return;
         }
@@ -349,20 +372,70 @@ impl Scheduler {
         let span = tracing::debug_span!("schedule", pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()));
         let _enter = span.enter();
         let info = PodInfo::new(&pod);
+        let listers = self.listers.as_ref();
+        let own_constraints = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        let namespace_labels = |name: &str| listers.and_then(|l| l.namespace_labels(name));
+        let nominated = self
+            .nominated
+            .iter()
+            .filter(|(other, (_, p))| **other != uid && p.priority >= info.priority)
+            .map(|(_, (node, p))| (node.as_str(), p))
+            .collect();
+        let context = algorithm::Context {
+            namespace_labels: &namespace_labels,
+            default_spread_selector: listers
+                .filter(|_| !own_constraints)
+                .map(|l| l.default_selector(&pod)),
+            nominated,
+        };
         let decision = algorithm::schedule(
             &pod,
             &info,
             &self.nodes,
             &self.cache,
+            &context,
             self.strategy,
             self.last_node.as_deref(),
             &mut self.next_start_node,
             |n| rand::random_range(0..n.max(1)),
         );
+        let preemption = match &decision {
+            Err(algorithm::ScheduleError::Unfit { preemptable, .. })
+                if !preemptable.is_empty() && preemption::eligible(&pod, &info, &self.cache) =>
+            {
+                let (_, filters) =
+                    algorithm::pod_filters(&pod, &info, &self.nodes, &self.cache, &context);
+                let budgets: Vec<preemption::Budget> = listers
+                    .map(|l| {
+                        l.budgets
+                            .state()
+                            .iter()
+                            .map(|b| preemption::Budget::of(b))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                preemption::choose(
+                    &pod,
+                    &info,
+                    preemptable,
+                    &self.nodes,
+                    &self.cache,
+                    &filters,
+                    &budgets,
+                )
+            }
+            _ => None,
+        };
         match decision {
             Ok(node) => {
                 tracing::debug!(%node, "assuming");
+                self.nominated.remove(&uid);
                 self.cache.assume(&uid, &node, info);
+                self.queue.move_pod_waiters(now);
                 self.last_node = Some(node.clone());
                 let client = self.client.clone();
                 let recorder = self.recorder.clone();
@@ -376,9 +449,27 @@ impl Scheduler {
                 );
             }
             Err(e) => {
-                let message = e.to_string();
+                let mut message = e.to_string();
+                if let Some(choice) = preemption {
+                    tracing::info!(node = %choice.node, victims = choice.victims.len(), "preempting");
+                    message = e.without_preemption();
+                    self.nominated
+                        .insert(uid.clone(), (choice.node.clone(), info));
+                    let client = self.client.clone();
+                    let recorder = self.recorder.clone();
+                    let preemptor = pod.clone();
+                    self.tasks.spawn(
+                        async move {
+                            preemption::evict_and_nominate(client, recorder, preemptor, choice)
+                                .await;
+                            Outcome::Recorded
+                        }
+                        .instrument(span.clone()),
+                    );
+                }
                 tracing::debug!(%message, "unschedulable");
-                self.queue.requeue_unschedulable(queued, now);
+                self.queue
+                    .requeue_unschedulable(queued, now, e.waits_on_pods());
                 self.spawn_failure_record(pod, message);
             }
         }

@@ -7,7 +7,7 @@
 //! net for changes the scheduler does not watch.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +40,8 @@ pub struct QueuedPod {
     backoff_until: Instant,
     unschedulable_since: Instant,
     state: State,
+    /// Other pods keep it out (affinity or spreading): a pod placed or changed may let it in.
+    waits_on_pods: bool,
 }
 
 impl QueuedPod {
@@ -71,6 +73,8 @@ pub struct SchedulingQueue {
     entries: HashMap<String, QueuedPod>,
     active: BTreeSet<(Reverse<i32>, u64, String)>,
     backoff: BTreeSet<(Instant, String)>,
+    /// The unschedulable pods that wait on other pods.
+    pod_waiters: HashSet<String>,
     next_seq: u64,
 }
 
@@ -105,7 +109,9 @@ impl SchedulingQueue {
             State::Backoff => {
                 self.backoff.remove(&(e.backoff_until, uid.to_string()));
             }
-            State::Unschedulable => {}
+            State::Unschedulable => {
+                self.pod_waiters.remove(uid);
+            }
         }
         Some(e)
     }
@@ -121,7 +127,11 @@ impl SchedulingQueue {
             State::Backoff => {
                 self.backoff.insert((e.backoff_until, uid.clone()));
             }
-            State::Unschedulable => {}
+            State::Unschedulable => {
+                if e.waits_on_pods {
+                    self.pod_waiters.insert(uid.clone());
+                }
+            }
         }
         self.entries.insert(uid, e);
     }
@@ -152,6 +162,7 @@ impl SchedulingQueue {
                     backoff_until: now,
                     unschedulable_since: now,
                     state: State::Active,
+                    waits_on_pods: false,
                 };
                 self.link(e, State::Active);
             }
@@ -181,9 +192,11 @@ impl SchedulingQueue {
     }
 
     /// No node fits: wait for a change in the cluster.
-    pub fn requeue_unschedulable(&mut self, mut e: QueuedPod, now: Instant) {
+    /// `waits_on_pods`: what keeps it out is other pods, not only nodes.
+    pub fn requeue_unschedulable(&mut self, mut e: QueuedPod, now: Instant, waits_on_pods: bool) {
         e.backoff_until = now + backoff(e.attempts);
         e.unschedulable_since = now;
+        e.waits_on_pods = waits_on_pods;
         self.link(e, State::Unschedulable);
     }
 
@@ -196,6 +209,16 @@ impl SchedulingQueue {
     /// Something changed that may let unschedulable pods fit.
     pub fn move_all_unschedulable(&mut self, now: Instant) {
         self.move_unschedulable_where(now, |_| true);
+    }
+
+    /// A pod was placed, changed or removed: retry the pods that other pods kept out
+    /// (upstream's AssignedPodAdd/Update for InterPodAffinity and PodTopologySpread).
+    pub fn move_pod_waiters(&mut self, now: Instant) {
+        for uid in std::mem::take(&mut self.pod_waiters) {
+            if let Some(e) = self.unlink(&uid) {
+                self.activate(e, now);
+            }
+        }
     }
 
     fn move_unschedulable_where(&mut self, now: Instant, pred: impl Fn(&QueuedPod) -> bool) {
@@ -282,7 +305,7 @@ mod tests {
         q.add_or_update(pod("a", 0), now);
         let e = q.pop().unwrap();
         assert_eq!(e.attempts, 1);
-        q.requeue_unschedulable(e, now);
+        q.requeue_unschedulable(e, now, false);
         assert!(q.contains("a"));
         assert!(!q.has_active());
         // Its own status update changes nothing.
@@ -303,7 +326,7 @@ mod tests {
         assert_eq!(e.attempts, 2);
 
         // After the backoff a change makes it active at once.
-        q.requeue_unschedulable(e, now);
+        q.requeue_unschedulable(e, now, false);
         q.move_all_unschedulable(now + Duration::from_secs(3));
         assert!(q.has_active());
     }
@@ -314,18 +337,37 @@ mod tests {
         let mut q = SchedulingQueue::default();
         q.add_or_update(pod("a", 0), now);
         let e = q.pop().unwrap();
-        q.requeue_unschedulable(e, now);
+        q.requeue_unschedulable(e, now, false);
         let later = now + Duration::from_secs(2);
         q.add_or_update(pod("a", 5), later);
         assert!(q.has_active());
 
         let e = q.pop().unwrap();
-        q.requeue_unschedulable(e, now);
+        q.requeue_unschedulable(e, now, false);
         q.flush_unschedulable_leftovers(now + Duration::from_secs(60));
         assert!(!q.has_active());
         q.flush_unschedulable_leftovers(now + MAX_UNSCHEDULABLE + Duration::from_secs(1));
         assert!(q.has_active());
         assert!(q.remove("a").is_some());
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn only_pods_kept_out_by_other_pods_move_when_a_pod_is_placed() {
+        let now = Instant::now();
+        let mut q = SchedulingQueue::default();
+        q.add_or_update(pod("nodes", 0), now);
+        q.add_or_update(pod("pods", 0), now);
+        let (a, b) = (q.pop().unwrap(), q.pop().unwrap());
+        q.requeue_unschedulable(a, now, false);
+        q.requeue_unschedulable(b, now, true);
+        let later = now + Duration::from_secs(3);
+        q.move_pod_waiters(later);
+        let moved: Vec<String> = std::iter::from_fn(|| q.pop().map(|e| e.uid())).collect();
+        assert_eq!(moved, ["pods"]);
+        assert!(q.contains("nodes"));
+        // Nothing is left to move a second time.
+        q.move_pod_waiters(later);
+        assert!(!q.has_active());
     }
 }

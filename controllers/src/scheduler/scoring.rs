@@ -1,7 +1,8 @@
 //! Ranking the nodes that passed the filters. The strategy (`--scoring-strategy`) gives each
 //! node 0–100 as upstream's NodeResourcesFit and BalancedAllocation plugins do; preferred node
-//! affinity (weight 2) and PreferNoSchedule taints (weight 3) are added on top, normalised
-//! across the candidates like upstream's NodeAffinity and TaintToleration scores. Ties go to
+//! affinity (weight 2), PreferNoSchedule taints (weight 3), inter-pod affinity (weight 2) and
+//! topology spreading (weight 2) are added on top, normalised across the candidates like
+//! upstream's NodeAffinity, TaintToleration, InterPodAffinity and PodTopologySpread scores. Ties go to
 //! a random best node, as upstream's `selectHost`, except under RoundRobin, which walks the
 //! nodes in name order.
 
@@ -14,6 +15,8 @@ pub const MAX_NODE_SCORE: i64 = 100;
 /// Upstream's default plugin weights.
 const NODE_AFFINITY_WEIGHT: i64 = 2;
 const TAINT_TOLERATION_WEIGHT: i64 = 3;
+const INTER_POD_AFFINITY_WEIGHT: i64 = 2;
+const POD_TOPOLOGY_SPREAD_WEIGHT: i64 = 2;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ScoringStrategy {
@@ -167,6 +170,26 @@ pub struct Candidate<'a> {
     pub affinity_weight: i64,
     /// PreferNoSchedule taints the pod does not tolerate.
     pub intolerable_taints: i64,
+    /// Inter-pod affinity weights of the domains it is in (may be negative).
+    pub pod_affinity: i64,
+    /// The spreading score before normalising (fewer is better); `None` when the node is
+    /// not scored for spreading.
+    pub spread: Option<i64>,
+}
+
+/// Upstream's InterPodAffinity NormalizeScore: min-max scaled to 0–100; all equal is 0.
+fn normalize_min_max(scores: &mut [i64]) {
+    let (Some(min), Some(max)) = (scores.iter().min().copied(), scores.iter().max().copied())
+    else {
+        return;
+    };
+    for s in scores.iter_mut() {
+        *s = if max > min {
+            MAX_NODE_SCORE * (*s - min) / (max - min)
+        } else {
+            0
+        };
+    }
 }
 
 /// The total score of each candidate, in order.
@@ -175,12 +198,25 @@ pub fn total_scores(candidates: &[Candidate<'_>]) -> Vec<i64> {
     normalize(&mut affinity, false);
     let mut taints: Vec<i64> = candidates.iter().map(|c| c.intolerable_taints).collect();
     normalize(&mut taints, true);
+    let mut pods: Vec<i64> = candidates.iter().map(|c| c.pod_affinity).collect();
+    normalize_min_max(&mut pods);
+    let spread_raw: Vec<Option<i64>> = candidates.iter().map(|c| c.spread).collect();
+    let spread = if spread_raw.iter().all(Option::is_none) {
+        vec![0; candidates.len()]
+    } else {
+        super::topology_spread::normalize(&spread_raw)
+    };
     candidates
         .iter()
         .zip(affinity)
         .zip(taints)
-        .map(|((c, a), t)| {
-            c.strategy_score + a * NODE_AFFINITY_WEIGHT + t * TAINT_TOLERATION_WEIGHT
+        .zip(pods.iter().zip(spread))
+        .map(|(((c, a), t), (p, s))| {
+            c.strategy_score
+                + a * NODE_AFFINITY_WEIGHT
+                + t * TAINT_TOLERATION_WEIGHT
+                + p * INTER_POD_AFFINITY_WEIGHT
+                + s * POD_TOPOLOGY_SPREAD_WEIGHT
         })
         .collect()
 }
@@ -250,7 +286,7 @@ mod tests {
                 ..Default::default()
             },
             nonzero: (cpu, memory),
-            ports: vec![],
+            ..Default::default()
         }
     }
 
@@ -303,7 +339,26 @@ mod tests {
             strategy_score: score,
             affinity_weight: affinity,
             intolerable_taints: taints,
+            pod_affinity: 0,
+            spread: None,
         }
+    }
+
+    #[test]
+    fn pod_affinity_and_spreading_add_their_weighted_scores() {
+        let mut c = [
+            cand("a", 50, 0, 0),
+            cand("b", 50, 0, 0),
+            cand("c", 50, 0, 0),
+        ];
+        c[0].pod_affinity = -5;
+        c[2].pod_affinity = 10;
+        // Min-max: a 0, b 33, c 100, times 2.
+        assert_eq!(total_scores(&c), vec![350, 416, 550]);
+        c.iter_mut().for_each(|c| c.pod_affinity = 0);
+        (c[0].spread, c[1].spread, c[2].spread) = (Some(4), Some(0), None);
+        // Fewest matching pods: 100; ignored: 0.
+        assert_eq!(total_scores(&c), vec![350, 550, 350]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 
@@ -13,6 +13,64 @@ pub fn phase(pod: &Pod) -> &str {
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("")
+}
+
+/// Upstream's addConditionAndDeletePod: `condition` (a DisruptionTarget) says why, then the
+/// pod is deleted gracefully; the UID precondition spares a new pod of the same name, and a
+/// pod already gone is not an error.
+pub async fn add_condition_and_delete(
+    client: &kube::Client,
+    pod: &Pod,
+    condition: PodCondition,
+) -> Result<(), kube::Error> {
+    use kube::ResourceExt;
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"uid": pod.uid()},
+        "status": {"conditions": [condition]},
+    });
+    // A strategic merge patch merges the condition by type into the others.
+    match api
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    delete_exactly(client, pod, None).await
+}
+
+/// Deletes this very pod (the UID precondition spares a new pod of the same name), with
+/// `grace_period_seconds` or the pod's own; a pod already gone is no error.
+pub async fn delete_exactly(
+    client: &kube::Client,
+    pod: &Pod,
+    grace_period_seconds: Option<u32>,
+) -> Result<(), kube::Error> {
+    use kube::ResourceExt;
+    use kube::api::{Api, DeleteParams, Preconditions};
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    let params = DeleteParams {
+        grace_period_seconds,
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&pod.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Not finished and not being deleted (upstream's `IsPodActive`).

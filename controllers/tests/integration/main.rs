@@ -24,4 +24,5 @@ mod replication;
 mod resourcequota;
 mod rootcacertpublisher;
 mod scheduler;
+mod scheduler_pods;
 mod serviceaccount;

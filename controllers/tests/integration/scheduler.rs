@@ -16,9 +16,9 @@ use minik8s_controllers::hollow::{self, HollowConfig};
 use minik8s_controllers::scheduler::{self, SchedulerOptions, ScoringStrategy};
 use testkit::{Backend, InProcess, eventually};
 
-const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
-fn pod(name: &str, spec: serde_json::Value) -> Pod {
+pub(crate) fn pod(name: &str, spec: serde_json::Value) -> Pod {
     let mut spec = spec;
     spec.as_object_mut()
         .unwrap()
@@ -31,7 +31,7 @@ fn pod(name: &str, spec: serde_json::Value) -> Pod {
     .unwrap()
 }
 
-fn with_cpu(cpu: &str) -> serde_json::Value {
+pub(crate) fn with_cpu(cpu: &str) -> serde_json::Value {
     serde_json::json!({"containers": [{
         "name": "c",
         "image": "busybox:1.36",
@@ -39,7 +39,7 @@ fn with_cpu(cpu: &str) -> serde_json::Value {
     }]})
 }
 
-fn node_of(p: &Pod) -> Option<String> {
+pub(crate) fn node_of(p: &Pod) -> Option<String> {
     p.spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
@@ -61,7 +61,10 @@ fn scheduled_condition(p: &Pod) -> Option<(String, String, String)> {
     ))
 }
 
-async fn start_nodes(client: &Client, config: HollowConfig) -> tokio::task::JoinHandle<()> {
+pub(crate) async fn start_nodes(
+    client: &Client,
+    config: HollowConfig,
+) -> tokio::task::JoinHandle<()> {
     let names = config.node_names();
     let handle = tokio::spawn({
         let client = client.clone();
@@ -79,7 +82,10 @@ async fn start_nodes(client: &Client, config: HollowConfig) -> tokio::task::Join
     handle
 }
 
-fn start_scheduler(client: &Client, strategy: ScoringStrategy) -> tokio::task::JoinHandle<()> {
+pub(crate) fn start_scheduler(
+    client: &Client,
+    strategy: ScoringStrategy,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(scheduler::run(
         Informers::new(client.clone()),
         client.clone(),
@@ -92,7 +98,7 @@ fn start_scheduler(client: &Client, strategy: ScoringStrategy) -> tokio::task::J
 }
 
 /// The notes of the events `reason` about pod `name`, from `default-scheduler`.
-async fn event_notes(client: &Client, name: &str, reason: &str) -> Vec<String> {
+pub(crate) async fn event_notes(client: &Client, name: &str, reason: &str) -> Vec<String> {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let Ok(list) = events.list(&ListParams::default()).await else {
         return vec![];
@@ -109,7 +115,7 @@ async fn event_notes(client: &Client, name: &str, reason: &str) -> Vec<String> {
 }
 
 /// Waits until `name` is unschedulable with `message`, in an event and in its condition.
-async fn expect_unschedulable(client: &Client, name: &str, message: &str) {
+pub(crate) async fn expect_unschedulable(client: &Client, name: &str, message: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     eventually(
         WAIT,

@@ -1,0 +1,109 @@
+//! The scheduler's preemption as kubectl users meet it on the real kubelet: a pod of higher
+//! priority that wants the host port a pod of lower priority holds on the node evicts it (a
+//! `Preempted` event, the victim gone), is nominated to the node and runs there.
+//!
+//! The port is the case's own per kubectl version and both pods are pinned to one node by
+//! its hostname label, so the suite's other pods are never victims.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+
+use super::{Ctx, yaml};
+use crate::support::{contains, eventually};
+
+pub async fn preemption(c: &Ctx) -> anyhow::Result<()> {
+    let port = 19000 + c.bin.minor.unwrap_or(99);
+    let node = c.ready_node().await?;
+    let classes: Api<PriorityClass> = Api::all(c.client.clone());
+    let (low, high) = (
+        format!("low-{}-{}", c.bin.tag, c.env.run),
+        format!("high-{}-{}", c.bin.tag, c.env.run),
+    );
+    for (name, value) in [(&low, 10), (&high, 1000)] {
+        let _ = classes.delete(name, &DeleteParams::default()).await;
+        let class: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))?;
+        classes.create(&PostParams::default(), &class).await?;
+    }
+    let pod = |name: &str, class: &str| {
+        yaml(&json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "priorityClassName": class,
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "busybox:1.36", "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                    "ports": [{"containerPort": 8080, "hostPort": port}]}],
+            }
+        }))
+    };
+    let file = c.write("preemption-victim.yaml", &pod("victim", &low))?;
+    c.ok(&["create", "-f", &file]).await?;
+    c.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/victim",
+        "--timeout=60s",
+    ])
+    .await?;
+    let file = c.write("preemption-high.yaml", &pod("preemptor", &high))?;
+    c.ok(&["create", "-f", &file]).await?;
+    c.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/preemptor",
+        "--timeout=90s",
+    ])
+    .await?;
+    let out = c
+        .ok(&[
+            "get",
+            "pod",
+            "preemptor",
+            "-o",
+            "jsonpath={.metadata.uid} {.spec.nodeName} {.status.nominatedNodeName}",
+        ])
+        .await?;
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    ensure!(
+        fields.len() == 3 && fields[1] == node && fields[2] == node,
+        "preemptor uid, node and nomination: {out:?}"
+    );
+    let uid = fields[0].to_string();
+    eventually(Duration::from_secs(30), "the victim gone", || async {
+        let out = c
+            .run(&["get", "pod", "victim", "--ignore-not-found", "-o", "name"])
+            .await?;
+        ensure!(
+            out.stdout.trim().is_empty(),
+            "victim still there: {}",
+            out.stdout
+        );
+        Ok(())
+    })
+    .await?;
+    let out = c
+        .ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=Preempted,involvedObject.name=victim",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ])
+        .await?;
+    contains(&out, &format!("Preempted by pod {uid} on node {node}"))?;
+    c.ok(&["delete", "pod", "preemptor", "--wait=false"])
+        .await?;
+    for name in [&low, &high] {
+        classes.delete(name, &DeleteParams::default()).await?;
+    }
+    Ok(())
+}
