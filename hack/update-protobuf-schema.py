@@ -27,6 +27,7 @@ import sys
 # The Go packages whose protos are included (with everything they import).
 PACKAGES = [
     "api/core/v1",
+    "api/admissionregistration/v1",
     "api/apps/v1",
     "api/batch/v1",
     "api/autoscaling/v1",

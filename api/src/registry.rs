@@ -78,7 +78,8 @@ impl ResourceInfo {
             | "coordination.k8s.io"
             | "storage.k8s.io"
             | "rbac.authorization.k8s.io"
-            | "events.k8s.io" => {
+            | "events.k8s.io"
+            | "admissionregistration.k8s.io" => {
                 let dir = match self.plural.as_str() {
                     "services" => "services/specs",
                     p => p,
@@ -149,6 +150,8 @@ impl Def {
 }
 
 const ALL: &[&str] = &["all"];
+/// What extends the API server itself: custom resource definitions and admission plugins.
+const API_EXTENSIONS: &[&str] = &["api-extensions"];
 
 const BUILT_IN: &[Def] = &[
     def("", "v1", "Namespace", "namespaces", false)
@@ -394,8 +397,41 @@ const BUILT_IN: &[Def] = &[
         false,
     )
     .short(&["crd", "crds"])
-    .categories(&["api-extensions"])
+    .categories(API_EXTENSIONS)
     .sub(&["status"]),
+    def(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        false,
+    )
+    .categories(API_EXTENSIONS),
+    def(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        false,
+    )
+    .categories(API_EXTENSIONS),
+    def(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        false,
+    )
+    .categories(API_EXTENSIONS)
+    .sub(&["status"]),
+    def(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        false,
+    )
+    .categories(API_EXTENSIONS),
 ];
 
 fn subresource(parent: &Def, name: &str) -> Subresource {
@@ -483,6 +519,9 @@ pub fn group_order() -> Vec<&'static str> {
         "policy",
         "rbac.authorization.k8s.io",
         "storage.k8s.io",
+        // Upstream gives it apiextensions.k8s.io's priority; the tie goes by APIService name,
+        // `v1.admissionregistration.k8s.io` first.
+        "admissionregistration.k8s.io",
         "apiextensions.k8s.io",
         "scheduling.k8s.io",
         "coordination.k8s.io",

@@ -5,6 +5,10 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::{
     ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
 };
@@ -50,10 +54,11 @@ use crate::server::ApiServer;
 
 /// Builds `K`'s registry over the server's store, with namespace admission.
 fn registry<K: Kind>(server: &ApiServer) -> GenericRegistry<BuiltIn<K>> {
-    crate::admission::namespaced(
+    crate::admission::admitted(
         GenericRegistry::new(BuiltIn::<K>::new(typed::info::<K>()), server.store.clone()),
         &server.options.admission,
         server.options.namespaces.as_ref(),
+        server.options.external_admission.as_ref(),
     )
 }
 
@@ -163,13 +168,14 @@ fn plain<K: Kind + JsonSchema>(server: &ApiServer) {
 /// resourceVersion and one watch history, and the hub's rules through conversion. Callers
 /// that want the registry by type ask for the hub's.
 fn converted<V: Convertible + JsonSchema>(server: &ApiServer) {
-    let registry = crate::admission::namespaced(
+    let registry = crate::admission::admitted(
         GenericRegistry::new(
             Converted::<V>::new(typed::info::<V>()),
             server.store.clone(),
         ),
         &server.options.admission,
         server.options.namespaces.as_ref(),
+        server.options.external_admission.as_ref(),
     );
     let endpoint = ResourceEndpoint::new(Arc::new(registry), server.options.clone());
     server.openapi.register_type::<V>();
@@ -242,6 +248,10 @@ pub fn register(server: &ApiServer) {
     plain::<CSINode>(server);
     plain::<VolumeAttachment>(server);
     plain::<CSIStorageCapacity>(server);
+    plain::<MutatingWebhookConfiguration>(server);
+    plain::<ValidatingWebhookConfiguration>(server);
+    plain::<ValidatingAdmissionPolicy>(server);
+    plain::<ValidatingAdmissionPolicyBinding>(server);
     crate::handlers::authorization::register(server);
     server.openapi.register_type::<ComponentStatus>();
     let statuses = crate::handlers::component_status::ComponentStatusEndpoint::new(server);

@@ -87,6 +87,9 @@ impl ApiServer {
             store.clone(),
         ));
         let services = Arc::new(ServiceAllocator::new(&options.service_ranges));
+        let webhooks = Arc::new(crate::admission::webhook::Webhooks::default());
+        options.external_admission =
+            Some(crate::registry::external::ExternalHandle(webhooks.clone()));
         let server = Arc::new(ApiServer {
             services,
             store,
@@ -102,6 +105,19 @@ impl ApiServer {
         });
         builtin::register(&server);
         crate::handlers::metrics_api::register(&server);
+        webhooks.bind(crate::admission::webhook::Sources {
+            mutating: Arc::downgrade(&server.registry()),
+            validating: Arc::downgrade(&server.registry()),
+            namespaces: Arc::downgrade(&server.registry()),
+            resolver: crate::admission::webhook::client::Resolver {
+                services: Arc::downgrade(&server.registry()),
+                slices: Arc::downgrade(&server.registry()),
+            },
+            policies: crate::admission::webhook::policy::PolicySources {
+                policies: Arc::downgrade(&server.registry()),
+                bindings: Arc::downgrade(&server.registry()),
+            },
+        });
         server
     }
 

@@ -5,6 +5,7 @@
 //! Every suite works in its own namespace, `conf-<suite>-<run id>`, created before its first
 //! case and removed after its last (finalized through `/finalize` if nothing else empties it).
 
+mod admission;
 mod hpa;
 mod incluster;
 mod knative;
@@ -81,6 +82,7 @@ pub enum Suite {
     Python,
     Knative,
     Hpa,
+    Admission,
 }
 
 impl Suite {
@@ -91,6 +93,7 @@ impl Suite {
             Suite::Python => "python".into(),
             Suite::Knative => "knative".into(),
             Suite::Hpa => "hpa".into(),
+            Suite::Admission => "admission".into(),
         }
     }
 
@@ -101,6 +104,7 @@ impl Suite {
             Suite::Python => python::CASES.to_vec(),
             Suite::Knative => knative::CASES.iter().map(|(n, _)| *n).collect(),
             Suite::Hpa => hpa::CASES.iter().map(|(n, _)| *n).collect(),
+            Suite::Admission => admission::CASES.iter().map(|(n, _)| *n).collect(),
         }
     }
 }
@@ -145,7 +149,13 @@ async fn main() -> anyhow::Result<()> {
         args.kubectl.clone()
     };
     // Python and kube-rs first: they have set-up work to overlap with the kubectl suites.
-    let mut suites = vec![Suite::Hpa, Suite::Python, Suite::KubeRs, Suite::Knative];
+    let mut suites = vec![
+        Suite::Hpa,
+        Suite::Python,
+        Suite::KubeRs,
+        Suite::Knative,
+        Suite::Admission,
+    ];
     suites.extend(
         binaries
             .iter()
@@ -224,6 +234,7 @@ async fn main() -> anyhow::Result<()> {
                 Suite::Python => python::run(&env).await,
                 Suite::Knative => knative::run(&env).await,
                 Suite::Hpa => hpa::run(&env).await,
+                Suite::Admission => admission::run(&env).await,
             }
         });
     }

@@ -90,6 +90,74 @@ fn to_cel(v: &Value) -> Cel {
     }
 }
 
+/// Evaluates `expression` with `vars` bound, for admission's CEL (webhooks' matchConditions,
+/// ValidatingAdmissionPolicies): `Ok(None)` when the result is not a bool.
+pub fn evaluate_bool(expression: &str, vars: &[(&str, &Value)]) -> Result<Option<bool>, String> {
+    match evaluate(expression, vars)? {
+        Cel::Bool(b) => Ok(Some(b)),
+        _ => Ok(None),
+    }
+}
+
+/// [`evaluate_bool`] for expressions that make a string (a policy's `messageExpression`).
+pub fn evaluate_string(
+    expression: &str,
+    vars: &[(&str, &Value)],
+) -> Result<Option<String>, String> {
+    match evaluate(expression, vars)? {
+        Cel::String(s) => Ok(Some(s.to_string())),
+        _ => Ok(None),
+    }
+}
+
+/// [`evaluate_bool`] for any value, as JSON (a policy's `variables`).
+pub fn evaluate_json(expression: &str, vars: &[(&str, &Value)]) -> Result<Value, String> {
+    evaluate(expression, vars).map(|v| from_cel(&v))
+}
+
+/// A CEL value as JSON; what JSON cannot hold (bytes, durations, functions) is null.
+fn from_cel(v: &Cel) -> Value {
+    use cel_interpreter::objects::Key;
+    match v {
+        Cel::Null => Value::Null,
+        Cel::Bool(b) => Value::Bool(*b),
+        Cel::Int(i) => Value::from(*i),
+        Cel::UInt(u) => Value::from(*u),
+        Cel::Float(f) => Value::from(*f),
+        Cel::String(s) => Value::String(s.to_string()),
+        Cel::List(items) => Value::Array(items.iter().map(from_cel).collect()),
+        Cel::Map(m) => Value::Object(
+            m.map
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Key::String(s) => s.to_string(),
+                        Key::Int(i) => i.to_string(),
+                        Key::Uint(u) => u.to_string(),
+                        Key::Bool(b) => b.to_string(),
+                    };
+                    (key, from_cel(v))
+                })
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
+fn evaluate(expression: &str, vars: &[(&str, &Value)]) -> Result<Cel, String> {
+    let program = compile(expression)?;
+    let mut ctx = Context::default();
+    for (name, value) in vars {
+        ctx.add_variable_from_value(*name, to_cel(value));
+    }
+    program.execute(&ctx).map_err(|e| e.to_string())
+}
+
+/// Why `expression` does not compile, if it does not.
+pub fn compile_error(expression: &str) -> Option<String> {
+    compile(expression).err()
+}
+
 /// Errors of rules that do not compile, at `path` (a version's `openAPIV3Schema`), for the
 /// CRD's own validation.
 pub fn compile_errors(schema: &Value, path: &Path) -> Vec<FieldError> {
@@ -249,6 +317,31 @@ mod tests {
         // An unchanged value is not checked again.
         let bad = json!({"spec": {"min": 3, "max": 2}});
         assert!(msgs(bad.clone(), Some(bad)).is_empty());
+    }
+
+    #[test]
+    fn evaluates_with_variables() {
+        let obj = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"replicas": 3}});
+        let vars = [("object", &obj)];
+        assert_eq!(
+            evaluate_bool("object.spec.replicas <= 5", &vars),
+            Ok(Some(true))
+        );
+        assert_eq!(
+            evaluate_bool("object.metadata.labels.app == 'db'", &vars),
+            Ok(Some(false))
+        );
+        assert_eq!(evaluate_bool("object.spec.replicas", &vars), Ok(None));
+        assert_eq!(
+            evaluate_string("'replicas: ' + string(object.spec.replicas)", &vars),
+            Ok(Some("replicas: 3".into()))
+        );
+        assert!(evaluate_bool("object.spec.missing > 1", &vars).is_err());
+        assert!(compile_error("object.(").is_some());
+        assert_eq!(
+            evaluate_json("{'n': object.spec.replicas * 2, 'l': [1, 'a']}", &vars),
+            Ok(json!({"n": 6, "l": [1, "a"]}))
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! columns and row, upstream's printer). A new kind is a new module here, and an entry in the
 //! registry.
 
+pub mod admission_registration;
 pub mod apps;
 pub mod batch;
 pub mod certificates;

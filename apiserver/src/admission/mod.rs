@@ -7,6 +7,7 @@ pub mod namespace_lifecycle;
 pub mod priority;
 pub mod resource_quota;
 pub mod serviceaccount;
+pub mod webhook;
 
 /// Upstream's `--disable-admission-plugins`: which of this server's plugins are off.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -39,13 +40,17 @@ pub fn name_in_errors(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obj
         .unwrap_or_default()
 }
 
-/// `registry` with the admission every registry of a namespaced resource runs
-/// (NamespaceLifecycle), when enabled.
-pub fn namespaced<S: minik8s_api::strategy::Strategy>(
-    registry: crate::registry::generic::GenericRegistry<S>,
+/// `registry` with the admission every registry runs: external admission (webhooks and
+/// policies) and, for a namespaced resource, NamespaceLifecycle, when enabled.
+pub fn admitted<S: minik8s_api::strategy::Strategy>(
+    mut registry: crate::registry::generic::GenericRegistry<S>,
     options: &AdmissionOptions,
     cache: Option<&std::sync::Arc<crate::registry::namespaces::NamespaceCache>>,
+    external: Option<&crate::registry::external::ExternalHandle>,
 ) -> crate::registry::generic::GenericRegistry<S> {
+    if let Some(external) = external {
+        registry = registry.with_external_admission(external.0.clone());
+    }
     let (Some(cache), true) = (cache, options.enabled(namespace_lifecycle::PLUGIN_NAME)) else {
         return registry;
     };

@@ -64,10 +64,11 @@ impl CustomEndpoint {
         teardown: watch::Receiver<bool>,
         schema: KindSchema,
     ) -> Self {
-        let registry = Arc::new(crate::admission::namespaced(
+        let registry = Arc::new(crate::admission::admitted(
             GenericRegistry::new(strategy, store),
             &options.admission,
             options.namespaces.as_ref(),
+            options.external_admission.as_ref(),
         ));
         CustomEndpoint {
             // The version's schema types server-side apply (list and map types).

@@ -145,7 +145,28 @@ pub async fn observe(State(server): State<Arc<ApiServer>>, req: Request, next: N
         namespace = r.namespace.as_deref().unwrap_or(""),
         name = r.name.as_deref().unwrap_or(""),
     );
-    let resp = next.run(req).instrument(span.clone()).await;
+    // Writes are admitted for their user (admission webhooks are told who writes).
+    let writes = matches!(
+        verb,
+        Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection
+    );
+    let caller = req
+        .extensions()
+        .get::<UserInfo>()
+        .filter(|_| writes)
+        .map(|user| crate::admission::webhook::Caller {
+            user: user.clone(),
+            extra: req
+                .extensions()
+                .get::<UserExtra>()
+                .map(|e| e.0.clone())
+                .unwrap_or_default(),
+        });
+    let run = next.run(req).instrument(span.clone());
+    let resp = match caller {
+        Some(caller) => crate::admission::webhook::serve_as(caller, run).await,
+        None => run.await,
+    };
     let code = resp.status().as_u16().to_string();
     server
         .metrics

@@ -136,6 +136,8 @@ pub struct ServeOptions {
     /// The ranges Services' cluster IPs and node ports come from.
     pub service_ranges: crate::registry::services::ServiceRanges,
     pub admission: crate::admission::AdmissionOptions,
+    /// Admission webhooks and policies, set by the server once it serves their kinds.
+    pub external_admission: Option<crate::registry::external::ExternalHandle>,
 }
 
 impl Default for ServeOptions {
@@ -146,6 +148,7 @@ impl Default for ServeOptions {
             min_request_timeout: Duration::from_secs(1800),
             service_ranges: Default::default(),
             admission: Default::default(),
+            external_admission: None,
         }
     }
 }

@@ -36,7 +36,7 @@ impl<S: Strategy> GenericRegistry<S> {
         loop {
             attempts += 1;
             let updated = self
-                .guaranteed_update(ns, name, None, dry_run, |current| {
+                .guaranteed_update_admitted(ns, name, None, dry_run, Some(part), |current| {
                     let current_rv = self.strategy.meta(&current).resource_version.clone();
                     let json = serde_json::to_value(&current).map_err(ApiError::internal)?;
                     let mut new = self.decode_applied(apply(Some(json))?)?;

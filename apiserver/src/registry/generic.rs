@@ -183,6 +183,8 @@ pub struct GenericRegistry<S: Strategy> {
     root: String,
     hooks: Option<Arc<dyn WriteHooks<S::Object>>>,
     admission: Vec<Arc<dyn CreateAdmission<S::Object>>>,
+    /// Admission webhooks and policies, for every write a client makes.
+    pub(super) external: Option<super::external::DynExternalAdmission>,
     /// Adds the fields upstream's Go types always serialize (`status: {replicas: 0}`), set
     /// once by the endpoint of a built-in kind from its schema; `true` when it added any.
     pub zero_values: std::sync::OnceLock<ZeroValues>,
@@ -238,6 +240,7 @@ impl<S: Strategy> GenericRegistry<S> {
             root,
             hooks: None,
             admission: Vec::new(),
+            external: None,
             zero_values: Default::default(),
             cache: Default::default(),
         }
@@ -250,6 +253,14 @@ impl<S: Strategy> GenericRegistry<S> {
 
     pub fn with_admission(mut self, plugin: Arc<dyn CreateAdmission<S::Object>>) -> Self {
         self.admission.push(plugin);
+        self
+    }
+
+    pub fn with_external_admission(
+        mut self,
+        external: super::external::DynExternalAdmission,
+    ) -> Self {
+        self.external = Some(external);
         self
     }
 
@@ -346,11 +357,11 @@ impl<S: Strategy> GenericRegistry<S> {
         Ok(())
     }
 
-    fn name_of(&self, obj: &S::Object) -> String {
+    pub(super) fn name_of(&self, obj: &S::Object) -> String {
         self.strategy.meta(obj).name.clone().unwrap_or_default()
     }
 
-    fn invalid(&self, name: &str, errs: &[FieldError]) -> ApiError {
+    pub(super) fn invalid(&self, name: &str, errs: &[FieldError]) -> ApiError {
         let info = self.strategy.info();
         ApiError::invalid(&info.kind, &info.group, name, errs)
     }
@@ -879,6 +890,7 @@ impl<S: Strategy> GenericRegistry<S> {
             self.strategy.admit(&mut candidate);
             self.run_admission(Phase::Mutate, &mut candidate, dry_run)
                 .await?;
+            self.admit_create_external(&mut candidate, dry_run).await?;
             self.run_admission(Phase::Final, &mut candidate, dry_run)
                 .await?;
             self.with_zero_values(&mut candidate)?;
@@ -1047,6 +1059,24 @@ impl<S: Strategy> GenericRegistry<S> {
         name: &str,
         precondition: Option<Revision>,
         dry_run: bool,
+        update: F,
+    ) -> Result<(S::Object, bool), ApiError>
+    where
+        F: FnMut(S::Object) -> Result<S::Object, ApiError>,
+    {
+        self.guaranteed_update_admitted(ns, name, precondition, dry_run, None, update)
+            .await
+    }
+
+    /// [`GenericRegistry::guaranteed_update`] of a client's update of `admit`: the new
+    /// object goes through external admission on each try.
+    pub(super) async fn guaranteed_update_admitted<F>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        precondition: Option<Revision>,
+        dry_run: bool,
+        admit: Option<Part>,
         mut update: F,
     ) -> Result<(S::Object, bool), ApiError>
     where
@@ -1064,6 +1094,10 @@ impl<S: Strategy> GenericRegistry<S> {
             }
             let current = self.decode(&kv)?;
             let mut new = update(current.clone())?;
+            if let Some(part) = admit {
+                self.admit_update_external(&mut new, &current, part, dry_run)
+                    .await?;
+            }
             self.with_zero_values(&mut new)?;
             let reservation = match &self.hooks {
                 Some(h) => h.begin_update(&mut new, &current, dry_run)?,
@@ -1162,7 +1196,7 @@ impl<S: Strategy> GenericRegistry<S> {
             None => None,
         };
         let result = self
-            .guaranteed_update(ns, name, precondition, dry_run, |current| {
+            .guaranteed_update_admitted(ns, name, precondition, dry_run, Some(part), |current| {
                 let mut new = body.clone();
                 // As a Go-typed body would be, so that comparing it with the stored object
                 // (generation, what an update may change) sees no difference in zero values.
@@ -1219,7 +1253,7 @@ impl<S: Strategy> GenericRegistry<S> {
         F: Fn(serde_json::Value) -> Result<serde_json::Value, ApiError>,
     {
         let (obj, _) = self
-            .guaranteed_update(ns, name, None, dry_run, |current| {
+            .guaranteed_update_admitted(ns, name, None, dry_run, Some(part), |current| {
                 let current_rv = self.strategy.meta(&current).resource_version.clone();
                 let json = serde_json::to_value(&current).map_err(ApiError::internal)?;
                 let patched = apply(json)?;
@@ -1280,6 +1314,7 @@ impl<S: Strategy> GenericRegistry<S> {
             if let Some(why) = self.strategy.deletion_forbidden(&current) {
                 return Err(ApiError::forbidden(self.target(name), why));
             }
+            self.admit_delete_external(&current, opts.dry_run).await?;
             let pending = meta.deletion_timestamp.is_some();
             let mut new = current.clone();
             // The propagation finalizers follow the request (upstream's

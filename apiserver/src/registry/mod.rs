@@ -1,6 +1,7 @@
 //! Registries: the storage-facing half of each resource (upstream's `registry` packages).
 
 pub mod apply;
+pub mod external;
 pub mod generic;
 pub mod namespaces;
 pub mod services;

@@ -4,6 +4,7 @@
 
 mod access_reviews;
 mod admission;
+mod admission_webhooks;
 mod api_resources;
 mod compat;
 mod component_status;

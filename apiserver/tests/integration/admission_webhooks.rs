@@ -1,0 +1,424 @@
+//! Admission webhooks and ValidatingAdmissionPolicies, called by the server for real: a small
+//! HTTPS webhook on loopback (a certificate from its own CA, passed as the caBundle) that
+//! refuses pods labelled `deny=yes` and labels the others; failurePolicy when it is down;
+//! dry run and sideEffects; a CEL policy bounding Deployments' replicas.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use http::StatusCode;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use minik8s_apiserver::pki::{Pki, ServingNames};
+use serde_json::{Value, json};
+use testkit::{Backend, InProcess, eventually};
+
+/// What the webhook saw: (path, AdmissionReview request).
+type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// The webhook's answer to `review` on `path`.
+fn answer(path: &str, review: &Value) -> Value {
+    let req = &review["request"];
+    let uid = req["uid"].clone();
+    let labels = &req["object"]["metadata"]["labels"];
+    let response = match path {
+        "/validate" if labels["deny"] == "yes" => json!({
+            "uid": uid, "allowed": false,
+            "status": {"code": 403, "reason": "Forbidden", "message": "pods labelled deny are refused"},
+        }),
+        "/mutate" => {
+            let patch = if labels.is_object() {
+                json!([{"op": "add", "path": "/metadata/labels/mutated", "value": "true"}])
+            } else {
+                json!([{"op": "add", "path": "/metadata/labels", "value": {"mutated": "true"}}])
+            };
+            let patch = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
+            json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch})
+        }
+        _ => json!({"uid": uid, "allowed": true}),
+    };
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+/// Serves the webhook over TLS on a loopback port; returns its address and the CA to trust.
+async fn start_webhook(seen: Seen) -> (SocketAddr, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ServingNames {
+        dns: vec![],
+        ips: vec!["127.0.0.1".parse().unwrap()],
+    };
+    let pki = Pki::ensure(dir.path(), &names).unwrap();
+    let certs = rustls_pemfile::certs(&mut pki.serving.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls_pemfile::private_key(&mut pki.serving.key_pem.as_bytes())
+        .unwrap()
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        use http_body_util::BodyExt;
+                        let path = req.uri().path().to_string();
+                        let body = req.into_body().collect().await?.to_bytes();
+                        let review: Value = serde_json::from_slice(&body).unwrap_or_default();
+                        seen.lock()
+                            .unwrap()
+                            .push((path.clone(), review["request"].clone()));
+                        let out = answer(&path, &review).to_string();
+                        Ok::<_, hyper::Error>(
+                            http::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(http_body_util::Full::new(bytes::Bytes::from(out)))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, pki.ca.cert_pem, dir)
+}
+
+fn webhook(name: &str, url: &str, ca: &str, failure_policy: &str, side_effects: &str) -> Value {
+    json!({
+        "name": name,
+        "clientConfig": {
+            "url": url,
+            "caBundle": base64::engine::general_purpose::STANDARD.encode(ca),
+        },
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+        "failurePolicy": failure_policy,
+        "sideEffects": side_effects,
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 5,
+    })
+}
+
+fn pod(name: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    })
+}
+
+/// A pod named by the server, for writes retried until a configuration takes effect.
+fn generated_pod(prefix: &str, labels: Value) -> Value {
+    let mut p = pod("", labels);
+    p["metadata"] = json!({"generateName": prefix, "labels": p["metadata"]["labels"]});
+    p
+}
+
+const PODS: &str = "/api/v1/namespaces/default/pods";
+const VWC: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+const MWC: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
+
+#[tokio::test]
+async fn webhooks_refuse_and_patch_pods() {
+    let server = InProcess::start(Backend::Sqlite).await.unwrap();
+    let seen: Seen = Default::default();
+    let (addr, ca, _dir) = start_webhook(seen.clone()).await;
+    let validate = format!("https://{addr}/validate");
+    let mutate = format!("https://{addr}/mutate");
+    let r = server
+        .post(
+            VWC,
+            json!({
+                "metadata": {"name": "deny-labelled"},
+                "webhooks": [webhook("deny.example.com", &validate, &ca, "Fail", "None")],
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let created = r.json();
+    assert_eq!(created["webhooks"][0]["matchPolicy"], "Equivalent");
+    assert_eq!(created["webhooks"][0]["namespaceSelector"], json!({}));
+    let r = server
+        .post(
+            MWC,
+            json!({
+                "metadata": {"name": "label-pods"},
+                "webhooks": [webhook("label.example.com", &mutate, &ca, "Fail", "None")],
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    assert_eq!(r.json()["webhooks"][0]["reinvocationPolicy"], "Never");
+
+    // Refused by the validating webhook, with its code, reason and message.
+    let refused = eventually(Duration::from_secs(10), "the webhook refusing", || async {
+        let r = server
+            .post(PODS, generated_pod("denied-", json!({"deny": "yes"})))
+            .await;
+        (r.status == StatusCode::FORBIDDEN).then(|| r.json())
+    })
+    .await;
+    assert_eq!(refused["reason"], "Forbidden");
+    assert_eq!(
+        refused["message"],
+        "admission webhook \"deny.example.com\" denied the request: pods labelled deny are refused"
+    );
+
+    // Admitted and patched by the mutating webhook.
+    let r = server
+        .post(PODS, pod("allowed", json!({"app": "web"})))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    assert_eq!(r.json()["metadata"]["labels"]["mutated"], "true");
+    let stored = server.get(&format!("{PODS}/allowed")).await.json();
+    assert_eq!(stored["metadata"]["labels"]["mutated"], "true");
+    assert_eq!(stored["metadata"]["labels"]["app"], "web");
+
+    // The reviews said who asked, about what.
+    let reviews = seen.lock().unwrap().clone();
+    let (_, mutate_review) = reviews
+        .iter()
+        .find(|(p, r)| p == "/mutate" && r["name"] == "allowed")
+        .unwrap();
+    assert_eq!(mutate_review["operation"], "CREATE");
+    assert_eq!(mutate_review["namespace"], "default");
+    assert_eq!(
+        mutate_review["resource"],
+        json!({"group": "", "version": "v1", "resource": "pods"})
+    );
+    assert_eq!(
+        mutate_review["kind"],
+        json!({"group": "", "version": "v1", "kind": "Pod"})
+    );
+    assert_eq!(mutate_review["userInfo"]["username"], "minik8s-admin");
+    assert_eq!(mutate_review["dryRun"], false);
+    // The validating webhook saw the mutated object.
+    let (_, validate_review) = reviews
+        .iter()
+        .find(|(p, r)| p == "/validate" && r["name"] == "allowed")
+        .unwrap();
+    assert_eq!(
+        validate_review["object"]["metadata"]["labels"]["mutated"],
+        "true"
+    );
+    // Rules name CREATE only: a label update is not sent.
+    let before = seen.lock().unwrap().len();
+    let r = server
+        .patch(
+            &format!("{PODS}/allowed"),
+            "application/merge-patch+json",
+            json!({"metadata": {"labels": {"deny": "yes"}}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
+    assert_eq!(seen.lock().unwrap().len(), before);
+}
+
+#[tokio::test]
+async fn failure_policy_and_dry_run() {
+    let server = InProcess::start(Backend::Sqlite).await.unwrap();
+    let seen: Seen = Default::default();
+    let (addr, ca, _dir) = start_webhook(seen.clone()).await;
+    // Nothing listens on a port the test bound and let go.
+    let down = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("https://{}/validate", l.local_addr().unwrap())
+    };
+    let r = server
+        .post(
+            VWC,
+            json!({
+                "metadata": {"name": "down"},
+                "webhooks": [webhook("down.example.com", &down, &ca, "Fail", "None")],
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let failed = eventually(
+        Duration::from_secs(10),
+        "the webhook failing closed",
+        || async {
+            let r = server.post(PODS, generated_pod("a-", json!({}))).await;
+            (r.status == StatusCode::INTERNAL_SERVER_ERROR).then(|| r.json())
+        },
+    )
+    .await;
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Internal error occurred: failed calling webhook \"down.example.com\": failed to call webhook: Post \"https://127.0.0.1:"),
+        "{message}"
+    );
+    // Ignore: the write goes on.
+    let r = server
+        .patch(
+            &format!("{VWC}/down"),
+            "application/json-patch+json",
+            json!([{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
+    eventually(
+        Duration::from_secs(10),
+        "the webhook failing open",
+        || async {
+            let r = server.post(PODS, generated_pod("a-", json!({}))).await;
+            (r.status == StatusCode::CREATED).then_some(())
+        },
+    )
+    .await;
+    let r = server.delete(&format!("{VWC}/down")).await;
+    assert_eq!(r.status, StatusCode::OK);
+
+    // A webhook with side effects refuses dry runs; one without is called with dryRun.
+    let validate = format!("https://{addr}/validate");
+    let r = server
+        .post(
+            VWC,
+            json!({
+                "metadata": {"name": "effects"},
+                "webhooks": [webhook("effects.example.com", &validate, &ca, "Fail", "Some")],
+            }),
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "sideEffects Some is not valid in v1"
+    );
+    let r = server
+        .post(VWC, json!({
+            "metadata": {"name": "effects"},
+            "webhooks": [webhook("effects.example.com", &validate, &ca, "Fail", "NoneOnDryRun")],
+        }))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    eventually(
+        Duration::from_secs(10),
+        "a dry run sent to the webhook",
+        || async {
+            let r = server
+                .post(
+                    &format!("{PODS}?dryRun=All"),
+                    pod("dry", json!({"deny": "yes"})),
+                )
+                .await;
+            (r.status == StatusCode::FORBIDDEN).then_some(())
+        },
+    )
+    .await;
+    let reviews = seen.lock().unwrap().clone();
+    assert!(
+        reviews
+            .iter()
+            .any(|(_, r)| r["name"] == "dry" && r["dryRun"] == true)
+    );
+}
+
+#[tokio::test]
+async fn validating_admission_policy_bounds_replicas() {
+    let server = InProcess::start(Backend::Sqlite).await.unwrap();
+    let r = server
+        .post(
+            "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+            json!({
+                "metadata": {"name": "replica-limit"},
+                "spec": {
+                    "matchConstraints": {"resourceRules": [{
+                        "apiGroups": ["apps"], "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"], "resources": ["deployments"],
+                    }]},
+                    "validations": [{
+                        "expression": "object.spec.replicas <= 5",
+                        "messageExpression": "'replicas must be at most 5, not ' + string(object.spec.replicas)",
+                    }],
+                },
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let r = server
+        .post(
+            "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+            json!({
+                "metadata": {"name": "replica-limit-binding"},
+                "spec": {"policyName": "replica-limit", "validationActions": ["Deny"]},
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let deployment = |replicas: i64| {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"generateName": format!("web-{replicas}-")},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+            },
+        })
+    };
+    const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
+    let refused = eventually(Duration::from_secs(10), "the policy refusing", || async {
+        let r = server.post(DEPLOYMENTS, deployment(10)).await;
+        (r.status == StatusCode::UNPROCESSABLE_ENTITY).then(|| r.json())
+    })
+    .await;
+    assert_eq!(refused["reason"], "Invalid");
+    assert_eq!(
+        refused["message"],
+        "ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-binding' denied request: replicas must be at most 5, not 10"
+    );
+    let r = server.post(DEPLOYMENTS, deployment(3)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let name = r.json()["metadata"]["name"].as_str().unwrap().to_string();
+    // Updates are checked too.
+    let r = server
+        .patch(
+            &format!("{DEPLOYMENTS}/{name}"),
+            "application/merge-patch+json",
+            json!({"spec": {"replicas": 7}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.json());
+    // Warn only: the write goes on.
+    let r = server
+        .patch(
+            "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/replica-limit-binding",
+            "application/merge-patch+json",
+            json!({"spec": {"validationActions": ["Warn"]}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
+    eventually(
+        Duration::from_secs(10),
+        "the policy only warning",
+        || async {
+            let r = server.post(DEPLOYMENTS, deployment(9)).await;
+            (r.status == StatusCode::CREATED).then_some(())
+        },
+    )
+    .await;
+}
