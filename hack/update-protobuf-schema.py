@@ -4,8 +4,9 @@ JSON the server speaks, for every built-in kind it serves.
 
 Usage: hack/update-protobuf-schema.py <dir>
   <dir> holds upstream's Go modules at the release tag of the Kubernetes minor the server
-  serves, one directory each: <dir>/api (k8s.io/api), <dir>/apimachinery (k8s.io/apimachinery)
-  and <dir>/apiextensions-apiserver (k8s.io/apiextensions-apiserver).
+  serves, one directory each, named as the module's path without `k8s.io/`: <dir>/api
+  (k8s.io/api), <dir>/apimachinery (k8s.io/apimachinery), <dir>/apiextensions-apiserver
+  (k8s.io/apiextensions-apiserver) and <dir>/kube-aggregator (k8s.io/kube-aggregator).
 
 The message structure (field numbers, types, repetition) comes from the generated.proto files;
 what the protos do not say comes from the Go types they were generated from: the JSON name of
@@ -46,6 +47,7 @@ PACKAGES = [
     "api/node/v1",
     "api/scheduling/v1",
     "apiextensions-apiserver/pkg/apis/apiextensions/v1",
+    "kube-aggregator/pkg/apis/apiregistration/v1",
     "apimachinery/pkg/apis/meta/v1",
     "apimachinery/pkg/runtime",
     "apimachinery/pkg/runtime/schema",

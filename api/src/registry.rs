@@ -432,6 +432,18 @@ const BUILT_IN: &[Def] = &[
         false,
     )
     .categories(API_EXTENSIONS),
+    // Upstream's name rule is a path segment that must also be `<version>.<group>` (see
+    // `kinds::api_service`).
+    def(
+        "apiregistration.k8s.io",
+        "v1",
+        "APIService",
+        "apiservices",
+        false,
+    )
+    .categories(API_EXTENSIONS)
+    .sub(&["status"])
+    .names(NameRule::PathSegment),
 ];
 
 fn subresource(parent: &Def, name: &str) -> Subresource {
@@ -509,6 +521,8 @@ pub fn built_in() -> Vec<ResourceInfo> {
 pub fn group_order() -> Vec<&'static str> {
     vec![
         "",
+        // kube-aggregator lists its own group first, before every APIService's.
+        "apiregistration.k8s.io",
         "apps",
         "events.k8s.io",
         "authorization.k8s.io",
@@ -543,6 +557,11 @@ mod tests {
         assert_eq!(deploy.api_version(), "apps/v1");
         assert_eq!(deploy.subresource("scale").unwrap().kind, "Scale");
         assert_eq!(deploy.key_root(), "/registry/deployments/");
+        let apiservices = all.iter().find(|r| r.plural == "apiservices").unwrap();
+        assert_eq!(
+            apiservices.key_root(),
+            "/registry/apiregistration.k8s.io/apiservices/"
+        );
         let pods = all.iter().find(|r| r.plural == "pods").unwrap();
         assert_eq!(pods.subresource("exec").unwrap().kind, "PodExecOptions");
         assert_eq!(pods.subresource("log").unwrap().verbs, vec!["get"]);

@@ -34,6 +34,7 @@ use k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use minik8s_api::conversion::{Converted, Convertible};
 use minik8s_api::strategy::{BuiltIn, Kind};
 use schemars::JsonSchema;
@@ -252,6 +253,12 @@ pub fn register(server: &ApiServer) {
     plain::<ValidatingWebhookConfiguration>(server);
     plain::<ValidatingAdmissionPolicy>(server);
     plain::<ValidatingAdmissionPolicyBinding>(server);
+    // The aggregator looks again after every write of an APIService.
+    serve(
+        server,
+        registry::<APIService>(server).with_hooks(server.aggregator.hooks()),
+        None,
+    );
     crate::handlers::authorization::register(server);
     server.openapi.register_type::<ComponentStatus>();
     let statuses = crate::handlers::component_status::ComponentStatusEndpoint::new(server);

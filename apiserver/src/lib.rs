@@ -5,6 +5,7 @@
 //! the whole HTTP API so tests can drive it without a socket.
 
 pub mod admission;
+pub mod aggregator;
 pub mod auth;
 pub mod builtin;
 pub mod crds;

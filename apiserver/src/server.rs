@@ -66,6 +66,8 @@ pub struct ApiServer {
     pub kubelet: std::sync::OnceLock<Arc<crate::kubelet::KubeletClient>>,
     /// Services' cluster IPs and node ports.
     pub services: Arc<ServiceAllocator>,
+    /// Group versions served by other API servers (APIServices).
+    pub aggregator: Arc<crate::aggregator::Aggregator>,
     endpoints: RwLock<Endpoints>,
     /// The registries of built-in kinds, as served; see [`ApiServer::registry`].
     pub(crate) registries: Registries,
@@ -92,6 +94,7 @@ impl ApiServer {
             Some(crate::registry::external::ExternalHandle(webhooks.clone()));
         let server = Arc::new(ApiServer {
             services,
+            aggregator: Default::default(),
             store,
             metrics,
             auth: Arc::new(auth),
@@ -183,6 +186,22 @@ impl ApiServer {
             .values()
             .map(|e| e.info().clone())
             .collect()
+    }
+
+    /// What discovery lists: this server's resources and those of aggregated servers.
+    pub fn discovery_resources(&self) -> Vec<ResourceInfo> {
+        let mut all = self.resources();
+        all.extend(self.aggregator.resources());
+        all
+    }
+
+    /// Whether this server itself serves anything at `group`/`version`.
+    pub fn endpoints_of(&self, group: &str, version: &str) -> bool {
+        self.endpoints
+            .read()
+            .expect("endpoints lock")
+            .keys()
+            .any(|(g, v, _)| g == group && v == version)
     }
 
     /// Creates what every cluster has, if missing: the namespaces and the `kubernetes` Service
@@ -494,10 +513,33 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
             &kubelet_client.cert_pem,
             &kubelet_client.key_pem,
         )?));
+    // The identity the API server presents to aggregated API servers.
+    let front_proxy = pki.client(
+        "front-proxy-client",
+        crate::aggregator::proxy::CLIENT_NAME,
+        &[],
+    )?;
+    if let Err(e) = server
+        .aggregator
+        .set_identity(&front_proxy.cert_pem, &front_proxy.key_pem)
+    {
+        tracing::warn!(error = %e, "the front-proxy client certificate is unusable");
+    }
     server
         .bootstrap(&config.crds)
         .await
         .map_err(ServerError::Bootstrap)?;
+    server
+        .ensure(crate::aggregator::local_api_services())
+        .await
+        .map_err(ServerError::Bootstrap)?;
+    server
+        .ensure(vec![crate::aggregator::authentication_config_map(
+            &pki.ca.cert_pem,
+        )])
+        .await
+        .map_err(ServerError::Bootstrap)?;
+    server.aggregator.start(&server);
     // Serves the custom resources of the stored CRDs before answering, then follows changes.
     crate::crds::start(&server).await?;
     Ok(Prepared {

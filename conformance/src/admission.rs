@@ -2,7 +2,8 @@
 //! and a mutating webhook served by a pod (a small HTTPS server in the python image, behind
 //! a Service, its certificate from a CA the suite makes and passes as the caBundle) that
 //! refuse and label pods; failurePolicy Fail and then Ignore once the webhook's pod is gone;
-//! a ValidatingAdmissionPolicy bounding Deployments' replicas.
+//! a ValidatingAdmissionPolicy bounding Deployments' replicas; an aggregated API served by a
+//! pod through an APIService, found by kube-rs discovery and listed as the client's user.
 //!
 //! The webhooks select only pods with the suite's own label, so the other suites' pods,
 //! created meanwhile, never reach them.
@@ -17,6 +18,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -27,6 +29,7 @@ use crate::support::{self, CaseFn, eventually};
 pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "webhooks-served-by-a-pod" => webhooks_served_by_a_pod,
     "validating-admission-policy" => validating_admission_policy,
+    "aggregated-api-served-by-a-pod" => aggregated_api_served_by_a_pod,
 };
 
 pub struct Ctx {
@@ -61,8 +64,50 @@ pub async fn run(env: &Arc<Env>) {
             .delete(&name, &dp)
             .await;
     }
+    let _ = Api::<APIService>::all(ctx.client.clone())
+        .delete(WARDLE, &DeleteParams::default())
+        .await;
     support::remove_namespace(&ctx.client, &ctx.ns, &[]).await;
 }
+
+const WARDLE: &str = "v1alpha1.wardle.example.com";
+
+/// The aggregated server: a group version with one resource, flunders, whose one object is
+/// named after the user the front-proxy headers name.
+const AGGREGATED_PY: &str = r#"
+import http.server, json, ssl
+GV = '/apis/wardle.example.com/v1alpha1'
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        path = self.path.split('?')[0]
+        if path == GV:
+            body = {'kind': 'APIResourceList', 'apiVersion': 'v1',
+                    'groupVersion': 'wardle.example.com/v1alpha1',
+                    'resources': [{'name': 'flunders', 'singularName': 'flunder', 'namespaced': True,
+                                   'kind': 'Flunder', 'verbs': ['get', 'list']}]}
+        elif path.startswith(GV + '/namespaces/') and path.endswith('/flunders'):
+            ns = path.split('/')[5]
+            user = self.headers.get('X-Remote-User', 'nobody').replace(':', '-')
+            body = {'kind': 'FlunderList', 'apiVersion': 'wardle.example.com/v1alpha1',
+                    'metadata': {'resourceVersion': '1'},
+                    'items': [{'kind': 'Flunder', 'apiVersion': 'wardle.example.com/v1alpha1',
+                               'metadata': {'name': 'seen-by-' + user, 'namespace': ns}}]}
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain('/tls/tls.crt', '/tls/tls.key')
+srv = http.server.ThreadingHTTPServer(('', 8443), H)
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+"#;
 
 /// The webhook: refuses pods labelled `deny=yes` on /validate, labels pods
 /// `mutated=by-webhook` on /mutate.
@@ -150,9 +195,21 @@ impl Ctx {
 
     /// Starts the webhook's Secret, pod and Service.
     async fn serve_webhook(&self, cert: &str, key: &str) -> anyhow::Result<()> {
+        self.serve_python("webhook", WEBHOOK_PY, cert, key).await
+    }
+
+    /// Starts `script` (an HTTPS server on 8443 with the certificate) in a pod behind a
+    /// Service `name` on port 443, and waits for it to be ready.
+    async fn serve_python(
+        &self,
+        name: &str,
+        script: &str,
+        cert: &str,
+        key: &str,
+    ) -> anyhow::Result<()> {
         let pp = PostParams::default();
         let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "webhook-tls"},
+            "metadata": {"name": format!("{name}-tls")},
             "type": "kubernetes.io/tls",
             "stringData": {"tls.crt": cert, "tls.key": key},
         }))?;
@@ -160,42 +217,46 @@ impl Ctx {
             .create(&pp, &secret)
             .await?;
         let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "webhook", "labels": {"app": "webhook"}},
+            "metadata": {"name": name, "labels": {"app": name}},
             "spec": {
                 "terminationGracePeriodSeconds": 0,
                 "containers": [{
-                    "name": "webhook", "image": "python:3", "imagePullPolicy": "Never",
-                    "command": ["python3", "-u", "-c", WEBHOOK_PY],
+                    "name": "server", "image": "python:3", "imagePullPolicy": "Never",
+                    "command": ["python3", "-u", "-c", script],
                     "ports": [{"containerPort": 8443}],
                     "readinessProbe": {"tcpSocket": {"port": 8443}, "periodSeconds": 1},
                     "volumeMounts": [{"name": "tls", "mountPath": "/tls"}],
                 }],
-                "volumes": [{"name": "tls", "secret": {"secretName": "webhook-tls"}}],
+                "volumes": [{"name": "tls", "secret": {"secretName": format!("{name}-tls")}}],
             },
         }))?;
         Api::<Pod>::namespaced(self.client.clone(), &self.ns)
             .create(&pp, &pod)
             .await?;
         let service: Service = serde_json::from_value(json!({
-            "metadata": {"name": "webhook"},
-            "spec": {"selector": {"app": "webhook"},
+            "metadata": {"name": name},
+            "spec": {"selector": {"app": name},
                      "ports": [{"port": 443, "targetPort": 8443}]},
         }))?;
         Api::<Service>::namespaced(self.client.clone(), &self.ns)
             .create(&pp, &service)
             .await?;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
-        eventually(Duration::from_secs(90), "the webhook pod ready", || async {
-            let p = pods.get("webhook").await?;
-            let ready = p
-                .status
-                .and_then(|s| s.conditions)
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            ensure!(ready, "not ready yet");
-            Ok(())
-        })
+        eventually(
+            Duration::from_secs(90),
+            "the server's pod ready",
+            || async {
+                let p = pods.get(name).await?;
+                let ready = p
+                    .status
+                    .and_then(|s| s.conditions)
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                ensure!(ready, "not ready yet");
+                Ok(())
+            },
+        )
         .await
     }
 }
@@ -362,5 +423,72 @@ async fn validating_admission_policy(c: &Ctx) -> anyhow::Result<()> {
     deployments.delete(&dname, &DeleteParams::default()).await?;
     bindings.delete(&name, &DeleteParams::default()).await?;
     policies.delete(&name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+async fn aggregated_api_served_by_a_pod(c: &Ctx) -> anyhow::Result<()> {
+    use base64::Engine;
+    use kube::api::{ApiResource, DynamicObject, ListParams};
+    let (ca, cert, key) = certificates(&format!("wardle.{}.svc", c.ns))?;
+    c.serve_python("wardle", AGGREGATED_PY, &cert, &key).await?;
+    let services: Api<APIService> = Api::all(c.client.clone());
+    let _ = services.delete(WARDLE, &DeleteParams::default()).await;
+    let api: APIService = serde_json::from_value(json!({
+        "metadata": {"name": WARDLE},
+        "spec": {
+            "group": "wardle.example.com", "version": "v1alpha1",
+            "service": {"namespace": c.ns, "name": "wardle", "port": 443},
+            "caBundle": base64::engine::general_purpose::STANDARD.encode(&ca),
+            "groupPriorityMinimum": 1000, "versionPriority": 15,
+        },
+    }))?;
+    services.create(&PostParams::default(), &api).await?;
+    eventually(
+        Duration::from_secs(60),
+        "the APIService Available",
+        || async {
+            let a = services.get(WARDLE).await?;
+            let available = a
+                .status
+                .and_then(|s| s.conditions)
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == "Available");
+            ensure!(
+                available.as_ref().is_some_and(|c| c.status == "True"),
+                "Available: {available:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    // kube-rs finds the resource through discovery, then lists it through the proxy.
+    let discovery = kube::Discovery::new(c.client.clone())
+        .filter(&["wardle.example.com"])
+        .run()
+        .await?;
+    let (resource, caps) = discovery
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .find(|(r, _)| r.plural == "flunders")
+        .context("flunders not in discovery")?;
+    ensure!(
+        caps.scope == kube::discovery::Scope::Namespaced,
+        "flunders' scope: {:?}",
+        caps.scope
+    );
+    let flunders: Api<DynamicObject> =
+        Api::namespaced_with(c.client.clone(), &c.ns, &ApiResource { ..resource });
+    let list = flunders.list(&ListParams::default()).await?;
+    let names: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|f| f.metadata.name.clone())
+        .collect();
+    ensure!(
+        names.len() == 1 && names[0].starts_with("seen-by-") && names[0] != "seen-by-nobody",
+        "flunders: {names:?}"
+    );
+    services.delete(WARDLE, &DeleteParams::default()).await?;
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! registry.
 
 pub mod admission_registration;
+pub mod api_service;
 pub mod apps;
 pub mod batch;
 pub mod certificates;

@@ -95,15 +95,51 @@ async fn not_found() -> Failure {
 }
 
 async fn api_root(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
-    discovery::core_versions(&server.resources(), req.headers(), &server.address)
+    discovery::core_versions(
+        &server.discovery_resources(),
+        req.headers(),
+        &server.address,
+    )
 }
 
 async fn apis_root(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
-    discovery::groups(&server.resources(), req.headers(), true)
+    discovery::groups(&server.discovery_resources(), req.headers(), true)
 }
 
 async fn apis_root_slash(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
-    discovery::groups(&server.resources(), req.headers(), false)
+    discovery::groups(&server.discovery_resources(), req.headers(), false)
+}
+
+/// The aggregated server a request goes to: a group version served by another API server
+/// (none of this server's own resources is there).
+fn aggregated(server: &ApiServer, target: &Target) -> Option<crate::aggregator::Backend> {
+    let (group, version) = match target {
+        Target::Resource(r) => (&r.group, &r.version),
+        Target::GroupVersion { group, version } => (group, version),
+        Target::Group { .. } => return None,
+    };
+    if server.endpoints_of(group, version) {
+        return None;
+    }
+    server.aggregator.backend(group, version)
+}
+
+/// Proxies `req` to an aggregated server as the request's user.
+async fn proxy(server: &ApiServer, backend: &crate::aggregator::Backend, req: Request) -> Response {
+    let user = req
+        .extensions()
+        .get::<UserInfo>()
+        .cloned()
+        .unwrap_or_else(UserInfo::anonymous);
+    let extra = req
+        .extensions()
+        .get::<auth::UserExtra>()
+        .map(|e| e.0.clone())
+        .unwrap_or_default();
+    server
+        .aggregator
+        .proxy(server, backend, req, &user, &extra)
+        .await
 }
 
 /// Dispatches a request under `/api` or `/apis` by the target [`layers::request_info`]
@@ -112,9 +148,12 @@ async fn api(State(server): State<Arc<ApiServer>>, mut req: Request) -> Response
     let Some(info) = req.extensions_mut().remove::<RequestInfo>() else {
         return status_response(&ApiError::path_not_found());
     };
+    if let Some(backend) = aggregated(&server, &info.target) {
+        return proxy(&server, &backend, req).await;
+    }
     let (r, endpoint) = match (info.target, info.endpoint) {
         (Target::Group { group }, _) => {
-            return discovery::group(&server.resources(), &group)
+            return discovery::group(&server.discovery_resources(), &group)
                 .unwrap_or_else(|| status_response(&ApiError::path_not_found()));
         }
         (Target::GroupVersion { group, version }, _) => {

@@ -211,8 +211,9 @@ impl Schema {
     /// The message of a kind at an apiVersion (`apps/v1`, `Deployment`), if it has one.
     /// Kinds every group version carries (Status, DeleteOptions, WatchEvent, …) are meta.k8s.io's.
     /// Groups map to upstream's packages by their first label (`rbac.authorization.k8s.io` is
-    /// `k8s.io.api.rbac`); a group of another domain finds nothing, as custom resources have no
-    /// protobuf form.
+    /// `k8s.io.api.rbac`), but for the groups of the apiextensions-apiserver and kube-aggregator
+    /// modules; a group of another domain finds nothing, as custom resources have no protobuf
+    /// form.
     pub fn for_kind(&self, api_version: &str, kind: &str) -> Option<usize> {
         let (group, version) = match api_version.split_once('/') {
             Some((g, v)) => (g, v),
@@ -223,6 +224,9 @@ impl Schema {
             "meta.k8s.io" => format!("k8s.io.apimachinery.pkg.apis.meta.{version}"),
             "apiextensions.k8s.io" => {
                 format!("k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.{version}")
+            }
+            "apiregistration.k8s.io" => {
+                format!("k8s.io.kube_aggregator.pkg.apis.apiregistration.{version}")
             }
             g if !g.contains('.') => format!("k8s.io.api.{g}.{version}"),
             g => match g.strip_suffix(".k8s.io") {

@@ -156,6 +156,27 @@ fn configmap_secret_namespace_service_round_trip() {
 }
 
 #[test]
+fn api_service_round_trip() {
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+    let back = round_trip::<APIService>(json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1beta1.metrics.k8s.io"},
+        "spec": {"group": "metrics.k8s.io", "version": "v1beta1",
+                 "groupPriorityMinimum": 100, "versionPriority": 100, "caBundle": "Y2VydA==",
+                 "service": {"namespace": "kube-system", "name": "metrics-server", "port": 443}},
+        "status": {"conditions": [{"type": "Available", "status": "False",
+                                   "reason": "MissingEndpoints",
+                                   "lastTransitionTime": "2024-05-01T10:00:00Z"}]},
+    }));
+    assert_eq!(back["spec"]["caBundle"], "Y2VydA==");
+    assert_eq!(back["spec"]["service"]["port"], 443);
+    assert_eq!(
+        back["status"]["conditions"][0]["reason"],
+        "MissingEndpoints"
+    );
+}
+
+#[test]
 fn crd_schemas_round_trip() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let back = round_trip::<CustomResourceDefinition>(json!({

@@ -5,6 +5,7 @@
 mod access_reviews;
 mod admission;
 mod admission_webhooks;
+mod aggregation;
 mod api_resources;
 mod compat;
 mod component_status;

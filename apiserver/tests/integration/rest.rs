@@ -878,13 +878,13 @@ async fn lists_selectors_and_paging() {
     assert_eq!(all["kind"], "ConfigMapList");
     assert_eq!(all["items"].as_array().unwrap().len(), 25);
     assert!(all["metadata"]["resourceVersion"].is_string());
-    // All namespaces.
+    // All namespaces (with kube-system's extension-apiserver-authentication).
     assert_eq!(
         s.get("/api/v1/configmaps").await.json()["items"]
             .as_array()
             .unwrap()
             .len(),
-        26
+        27
     );
     let only_other = s
         .get("/api/v1/configmaps?fieldSelector=metadata.namespace%3Dother")

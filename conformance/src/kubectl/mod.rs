@@ -136,6 +136,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "create-policy-objects" => policy::create_policy_objects,
     "certificate-approve" => policy::certificate_approve,
     "get-rc" => policy::get_rc,
+    "get-apiservices" => policy::get_apiservices,
     "drain" => policy::drain,
     "quota-pods" => policy::quota_pods,
     "limitrange-defaults" => policy::limitrange_defaults,

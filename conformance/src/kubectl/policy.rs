@@ -449,3 +449,38 @@ pub async fn limitrange_defaults(c: &Ctx) -> anyhow::Result<()> {
     c.ok(&["delete", "namespace", &ns, "--wait=false"]).await?;
     Ok(())
 }
+
+/// `kubectl get apiservices` and `validatingwebhookconfigurations`: the Local APIServices of
+/// built-in group versions, and upstream's columns for webhook configurations.
+pub async fn get_apiservices(c: &Ctx) -> anyhow::Result<()> {
+    let out = c.ok(&["get", "apiservices", "v1.apps", "v1."]).await?;
+    ensure!(
+        header(&out) == ["NAME", "SERVICE", "AVAILABLE", "AGE"],
+        "apiservices header: {out}"
+    );
+    let apps = row(&out, "v1.apps")?;
+    ensure!(apps[1] == "Local" && apps[2] == "True", "{out}");
+    let out = c.run(&["get", "validatingwebhookconfigurations"]).await?;
+    ensure!(
+        out.ok(),
+        "get validatingwebhookconfigurations: {}",
+        out.stderr
+    );
+    let out = c
+        .ok(&[
+            "api-resources",
+            "--api-group=admissionregistration.k8s.io",
+            "-o",
+            "name",
+        ])
+        .await?;
+    for r in [
+        "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+        "validatingadmissionpolicies.admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings.admissionregistration.k8s.io",
+        "validatingwebhookconfigurations.admissionregistration.k8s.io",
+    ] {
+        contains(&out, r)?;
+    }
+    Ok(())
+}

@@ -72,7 +72,7 @@ impl Resolver {
     }
 
     /// A ready endpoint of the Service's `port` (upstream's ResolveEndpoint).
-    async fn endpoint(&self, ns: &str, name: &str, port: i32) -> Result<SocketAddr, String> {
+    pub async fn endpoint(&self, ns: &str, name: &str, port: i32) -> Result<SocketAddr, String> {
         let (Some(services), Some(slices)) = (self.services.upgrade(), self.slices.upgrade())
         else {
             return Err("the server is shutting down".into());
