@@ -167,6 +167,7 @@ const BUILT_IN: &[Def] = &[
         .sub(&[
             "attach",
             "binding",
+            "ephemeralcontainers",
             "eviction",
             "exec",
             "log",

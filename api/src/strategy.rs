@@ -90,6 +90,10 @@ pub trait Kind:
     fn keep_status(&mut self, _old: &Self) {}
     /// A status update keeps everything but the status.
     fn keep_spec(&mut self, _old: &Self) {}
+    /// A write of the `ephemeralcontainers` subresource (pods) keeps everything but them.
+    fn keep_all_but_ephemeral_containers(&mut self, _old: &Self) {}
+    /// Validation of a write of the `ephemeralcontainers` subresource.
+    fn validate_ephemeral_containers_update(&self, _old: &Self, _errs: &mut Errors) {}
     /// `Some(changed)` for kinds whose `metadata.generation` follows spec changes.
     fn spec_changed(&self, _old: &Self) -> Option<bool> {
         None
@@ -145,6 +149,16 @@ pub trait Strategy: Send + Sync + 'static {
     fn validate_update(&self, obj: &Self::Object, old: &Self::Object) -> Errors;
     fn keep_status(&self, obj: &mut Self::Object, old: &Self::Object);
     fn keep_spec(&self, obj: &mut Self::Object, old: &Self::Object);
+    /// See [`Kind::keep_all_but_ephemeral_containers`].
+    fn keep_all_but_ephemeral_containers(&self, _obj: &mut Self::Object, _old: &Self::Object) {}
+    /// See [`Kind::validate_ephemeral_containers_update`].
+    fn validate_ephemeral_containers_update(
+        &self,
+        _obj: &Self::Object,
+        _old: &Self::Object,
+    ) -> Errors {
+        Vec::new()
+    }
     fn spec_changed(&self, obj: &Self::Object, old: &Self::Object) -> Option<bool>;
     fn supports_field(&self, field: &str) -> bool;
     /// Every field `supports_field` accepts.
@@ -233,6 +247,14 @@ impl<K: Kind> Strategy for BuiltIn<K> {
     }
     fn keep_spec(&self, obj: &mut K, old: &K) {
         obj.keep_spec(old)
+    }
+    fn keep_all_but_ephemeral_containers(&self, obj: &mut K, old: &K) {
+        obj.keep_all_but_ephemeral_containers(old)
+    }
+    fn validate_ephemeral_containers_update(&self, obj: &K, old: &K) -> Errors {
+        let mut errs = Vec::new();
+        obj.validate_ephemeral_containers_update(old, &mut errs);
+        errs
     }
     fn spec_changed(&self, obj: &K, old: &K) -> Option<bool> {
         obj.spec_changed(old)

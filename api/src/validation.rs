@@ -18,6 +18,8 @@ pub enum ErrorKind {
     TooMany,
     /// A value of the wrong type (custom resources' schema validation).
     TypeInvalid,
+    /// A reference to something that does not exist.
+    NotFound,
 }
 
 impl ErrorKind {
@@ -31,6 +33,7 @@ impl ErrorKind {
             ErrorKind::TooLong => "FieldValueTooLong",
             ErrorKind::TooMany => "FieldValueTooMany",
             ErrorKind::TypeInvalid => "FieldValueTypeInvalid",
+            ErrorKind::NotFound => "FieldValueNotFound",
         }
     }
 
@@ -44,6 +47,7 @@ impl ErrorKind {
             ErrorKind::TooLong => "Too long",
             ErrorKind::TooMany => "Too many",
             ErrorKind::TypeInvalid => "Invalid value",
+            ErrorKind::NotFound => "Not found",
         }
     }
 }

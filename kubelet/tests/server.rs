@@ -854,3 +854,83 @@ async fn through_the_api_server() {
         json!(["create", "delete", "get", "patch", "update"])
     );
 }
+
+/// `kubectl debug -it p --image=busybox:1.36 --target=c`: the debugger added through the
+/// `ephemeralcontainers` subresource runs once the kubelet syncs, and attach, exec and logs
+/// find it by name.
+#[tokio::test]
+async fn ephemeral_containers_by_name() {
+    let env = start().await;
+    let uid = env.running_pod().await;
+    let patch = json!({"spec": {"ephemeralContainers": [{
+        "name": "debugger-xyz", "image": "busybox:1.36", "targetContainerName": "c",
+        "stdin": true, "tty": true, "terminationMessagePolicy": "File"
+    }]}});
+    let pod = env
+        .pods()
+        .patch_subresource(
+            "ephemeralcontainers",
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+        .unwrap();
+    env.shared.sync(&pod).await.unwrap();
+    let pod = env.pods().get("p").await.unwrap();
+    let status = &pod.status.as_ref().unwrap().ephemeral_container_statuses;
+    let dbg = &status.as_ref().unwrap()[0];
+    assert!(dbg.state.as_ref().unwrap().running.is_some(), "{dbg:?}");
+    let running = env.fake.running(&uid);
+    let id = &running.iter().find(|(_, n)| n == "debugger-xyz").unwrap().0;
+    env.write_log(&uid, "debugger-xyz", LOG);
+
+    let ok = env.apiserver_client();
+    let mut k = env.kubelet(Some(&ok)).await.unwrap();
+    let r = call(
+        &mut k,
+        Method::GET,
+        "/containerLogs/default/p/debugger-xyz",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (StatusCode::OK, "one\ntwo\nthree\n")
+    );
+    let upgrade = [("connection", "Upgrade"), ("upgrade", "SPDY/3.1")];
+    // The stand-in streaming server refuses attach: what matters is which container was asked.
+    let r = call(
+        &mut k,
+        Method::POST,
+        "/attach/default/p/debugger-xyz?stdin=true&stdout=true&tty=true",
+        &upgrade,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(
+        env.fake.streams().contains(&format!("attach {id}")),
+        "{:?}",
+        env.fake.streams()
+    );
+    let mut k = env.kubelet(Some(&ok)).await.unwrap();
+    let r = call(
+        &mut k,
+        Method::POST,
+        "/exec/default/p/debugger-xyz?command=ps&stdout=true",
+        &upgrade,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::SWITCHING_PROTOCOLS);
+    assert!(
+        env.fake
+            .streams()
+            .iter()
+            .any(|s| s.starts_with(&format!("exec {id} ps"))),
+        "{:?}",
+        env.fake.streams()
+    );
+}

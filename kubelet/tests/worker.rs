@@ -346,3 +346,113 @@ async fn images_config_errors_and_completion() {
             .is_empty()
     );
 }
+
+/// The pod as the API has it, with ephemeral containers as `kubectl debug` adds them (through
+/// the `ephemeralcontainers` subresource; the worker only reads the spec it is given).
+fn with_debuggers(mut pod: Pod) -> Pod {
+    pod.spec.as_mut().unwrap().ephemeral_containers = Some(
+        serde_json::from_value(json!([
+            {"name": "debugger-abc", "image": "busybox:1.36", "targetContainerName": "app",
+             "stdin": true, "tty": true, "terminationMessagePolicy": "File"},
+            {"name": "shell", "image": "busybox:1.36", "command": ["sh"]},
+            {"name": "absent", "image": "nginx:1.25", "imagePullPolicy": "Never"}
+        ]))
+        .unwrap(),
+    );
+    pod
+}
+
+fn ephemeral_status(pod: &Pod, name: &str) -> k8s_openapi::api::core::v1::ContainerStatus {
+    let statuses = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .ephemeral_container_statuses
+        .as_ref();
+    statuses
+        .unwrap()
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn ephemeral_containers_start_once_beside_their_target() {
+    let h = harness().await;
+    let uid = h
+        .create(json!({"nodeName": "n1", "containers": [{"name": "app", "image": "busybox:1.36"}]}))
+        .await
+        .metadata
+        .uid
+        .unwrap();
+    h.sync().await;
+    let app = h.fake.running(&uid)[0].0.clone();
+
+    let outcome = h.shared.sync(&with_debuggers(h.get().await)).await.unwrap();
+    assert_eq!(
+        outcome.requeue_after,
+        Some(Duration::from_secs(5)),
+        "the absent image is tried again"
+    );
+    let created = |name: &str| {
+        let call = format!("CreateContainer {name}#0");
+        h.fake.calls().iter().filter(|c| **c == call).count()
+    };
+    assert_eq!((created("debugger-abc"), created("shell")), (1, 1));
+    let running = h.fake.running(&uid);
+    let id_of = |name: &str| running.iter().find(|(_, n)| n == name).unwrap().0.clone();
+    let ns = |name: &str| {
+        let config = h.fake.container_config(&id_of(name)).unwrap();
+        let linux = config.linux.unwrap().security_context.unwrap();
+        let ns = linux.namespace_options.unwrap();
+        (ns.pid, ns.target_id, config.tty, config.stdin)
+    };
+    use k8s_cri::v1::NamespaceMode;
+    assert_eq!(
+        ns("debugger-abc"),
+        (NamespaceMode::Target as i32, app.clone(), true, true)
+    );
+    assert_eq!(
+        ns("shell"),
+        (NamespaceMode::Container as i32, String::new(), false, false)
+    );
+
+    let pod = h.get().await;
+    let dbg = ephemeral_status(&pod, "debugger-abc");
+    assert!(dbg.state.as_ref().unwrap().running.is_some(), "{dbg:?}");
+    assert_eq!(
+        (dbg.ready, dbg.started, dbg.restart_count),
+        (false, Some(true), 0)
+    );
+    assert_eq!(
+        dbg.container_id,
+        Some(format!("containerd://{}", id_of("debugger-abc")))
+    );
+    let absent = ephemeral_status(&pod, "absent");
+    assert_eq!(
+        absent.state.unwrap().waiting.unwrap().reason.as_deref(),
+        Some("ErrImageNeverPull")
+    );
+    // The pod is what its own containers make it.
+    let status = pod.status.clone().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert!(container(&pod).ready);
+
+    // A debugger that exits stays exited; later syncs start nothing again.
+    assert!(h.fake.exit(&uid, "debugger-abc", 0, "Completed"));
+    h.shared.sync(&with_debuggers(h.get().await)).await.unwrap();
+    h.shared.sync(&with_debuggers(h.get().await)).await.unwrap();
+    assert_eq!((created("debugger-abc"), created("shell")), (1, 1));
+    let dbg = ephemeral_status(&h.get().await, "debugger-abc");
+    assert_eq!(dbg.state.unwrap().terminated.unwrap().exit_code, 0);
+
+    // Deleting the pod stops its debuggers with it.
+    h.pods()
+        .delete("p", &DeleteParams::default())
+        .await
+        .unwrap();
+    let outcome = h.shared.sync(&with_debuggers(h.get().await)).await.unwrap();
+    assert!(outcome.done);
+    assert!(h.fake.running(&uid).is_empty());
+}

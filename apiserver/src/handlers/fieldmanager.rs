@@ -107,6 +107,7 @@ pub fn reset_fields(part: Part, has_status: bool) -> Set {
     let paths = match part {
         Part::Main if has_status => vec![f(&["status"])],
         Part::Main => Vec::new(),
+        Part::EphemeralContainers => vec![f(&["status"])],
         Part::Status => vec![
             f(&["spec"]),
             f(&["metadata", "labels"]),

@@ -342,8 +342,10 @@ impl<S: Strategy> ResourceEndpoint<S> {
         let reg = &self.registry;
         let ns = req.namespace();
         match (&t.verb, t.subresource.as_deref()) {
-            (Verb::Get, None | Some("status")) => {
-                if t.subresource.is_some() && info.subresource("status").is_none() {
+            (Verb::Get, None | Some("status" | "ephemeralcontainers")) => {
+                if let Some(sub) = t.subresource.as_deref()
+                    && info.subresource(sub).is_none()
+                {
                     return Err(ApiError::path_not_found());
                 }
                 // resourceVersion on a get means "not older than".
@@ -389,7 +391,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                     &warnings,
                 ))
             }
-            (Verb::Update, None | Some("status")) => {
+            (Verb::Update, None | Some("status" | "ephemeralcontainers")) => {
                 let part = self.part(t.subresource.as_deref())?;
                 let (obj, warnings) = self.decode(&req)?;
                 let manager = self.manager(&req, "UpdateOptions")?;
@@ -409,7 +411,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 };
                 Ok(with_warnings(write(&req, code, &obj), &warnings))
             }
-            (Verb::Patch, None | Some("status")) => {
+            (Verb::Patch, None | Some("status" | "ephemeralcontainers")) => {
                 let part = self.part(t.subresource.as_deref())?;
                 let patch = Patch::parse(&req)?;
                 let types = self.types();
@@ -539,6 +541,11 @@ impl<S: Strategy> ResourceEndpoint<S> {
         match sub {
             None => Ok(Part::Main),
             Some("status") if self.info().subresource("status").is_some() => Ok(Part::Status),
+            Some("ephemeralcontainers")
+                if self.info().subresource("ephemeralcontainers").is_some() =>
+            {
+                Ok(Part::EphemeralContainers)
+            }
             Some(_) => Err(ApiError::path_not_found()),
         }
     }

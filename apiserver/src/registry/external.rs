@@ -85,7 +85,7 @@ impl<S: Strategy> GenericRegistry<S> {
             info: self.strategy.info(),
             namespace: meta.namespace.as_deref(),
             name: meta.name.as_deref().unwrap_or_default(),
-            subresource: (part == Part::Status).then_some("status"),
+            subresource: part.subresource(),
             old,
             dry_run,
         }

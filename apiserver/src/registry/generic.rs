@@ -33,6 +33,19 @@ const FUTURE_REVISION_WAIT: Duration = Duration::from_secs(3);
 pub enum Part {
     Main,
     Status,
+    /// Pods' `ephemeralcontainers` subresource.
+    EphemeralContainers,
+}
+
+impl Part {
+    /// The subresource of a write of this part.
+    pub fn subresource(self) -> Option<&'static str> {
+        match self {
+            Part::Main => None,
+            Part::Status => Some("status"),
+            Part::EphemeralContainers => Some("ephemeralcontainers"),
+        }
+    }
 }
 
 /// Records `metadata.managedFields` of a write: called with the object about to be stored
@@ -1003,8 +1016,12 @@ impl<S: Strategy> GenericRegistry<S> {
                 }
                 self.strategy.prepare_update(new, old);
             }
-            Part::Status => {
-                self.strategy.keep_spec(new, old);
+            Part::Status | Part::EphemeralContainers => {
+                if part == Part::Status {
+                    self.strategy.keep_spec(new, old);
+                } else {
+                    self.strategy.keep_all_but_ephemeral_containers(new, old);
+                }
                 let meta = self.strategy.meta_mut(new);
                 meta.labels = old_meta.labels.clone();
                 if !self.strategy.status_writes_annotations() {
@@ -1043,7 +1060,11 @@ impl<S: Strategy> GenericRegistry<S> {
                 ));
             }
         }
-        errs.extend(self.strategy.validate_update(new, old));
+        if part == Part::EphemeralContainers {
+            errs.extend(self.strategy.validate_ephemeral_containers_update(new, old));
+        } else {
+            errs.extend(self.strategy.validate_update(new, old));
+        }
         if !errs.is_empty() {
             return Err(self.invalid(&name, &errs));
         }

@@ -10,6 +10,7 @@ mod api_resources;
 mod compat;
 mod component_status;
 mod crd;
+mod ephemeral_containers;
 mod hpa_versions;
 mod kube_client;
 mod layers;

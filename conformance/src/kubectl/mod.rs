@@ -25,6 +25,7 @@ use crate::support::{self, CaseFn, contains, eventually, gone};
 
 mod applets;
 mod autoscale;
+mod debug;
 mod knative;
 mod nonresource;
 mod policy;
@@ -141,6 +142,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "quota-pods" => policy::quota_pods,
     "limitrange-defaults" => policy::limitrange_defaults,
     "preemption" => scheduling::preemption,
+    "debug" => debug::debug,
     "knative-service" => knative::knative_service,
     "kubectl-fn" => knative::kubectl_fn,
 };

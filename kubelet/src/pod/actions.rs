@@ -27,6 +27,8 @@ pub struct Actions {
     pub next_init: Option<usize>,
     /// Indices into `spec.containers` to (re)start.
     pub start: Vec<usize>,
+    /// Indices into `spec.ephemeralContainers` to start, after the others.
+    pub start_ephemeral: Vec<usize>,
     pub kill: Vec<Kill>,
 }
 
@@ -129,10 +131,40 @@ fn succeeded(c: &Container, rt: &RuntimePod) -> bool {
         .is_some_and(|s| s.state == State::Exited && s.exit_code == 0)
 }
 
+/// Upstream's EphemeralContainersToStart: those the runtime has never seen, since they run
+/// once whatever the restart policy (an exited one stays exited, in this sandbox or the next).
+/// They go only into a sandbox that stays, and may start while init containers still run.
+fn ephemeral_to_start(pod: &Pod, rt: &RuntimePod, a: &Actions) -> Vec<usize> {
+    let keeps_sandbox = a.create_sandbox.is_none() && !a.kill_pod && a.sandbox_id.is_some();
+    if !keeps_sandbox || pod.metadata.deletion_timestamp.is_some() {
+        return Vec::new();
+    }
+    let spec = pod.spec.as_ref().expect("pod spec");
+    spec.ephemeral_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, e)| rt.latest(&e.name).is_none())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// The next steps for `pod`. `hashes[i]` is the hash of `spec.containers[i]`; a running
 /// container started from another definition is replaced. `unhealthy` holds containers whose
 /// liveness or startup probe failed.
 pub fn compute(
+    pod: &Pod,
+    rt: &RuntimePod,
+    hashes: &[String],
+    unhealthy: &HashSet<String>,
+) -> Actions {
+    let mut a = compute_containers(pod, rt, hashes, unhealthy);
+    a.start_ephemeral = ephemeral_to_start(pod, rt, &a);
+    a
+}
+
+/// Everything but the ephemeral containers.
+fn compute_containers(
     pod: &Pod,
     rt: &RuntimePod,
     hashes: &[String],
@@ -415,5 +447,79 @@ mod tests {
         // A Never pod that already ran is not started again.
         let never = compute(&pod("Never", &[], &["a"]), &r, &[], &HashSet::new());
         assert_eq!(never.create_sandbox, None);
+    }
+
+    fn with_ephemeral(mut p: Pod, names: &[&str]) -> Pod {
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(
+            names
+                .iter()
+                .map(|n| {
+                    serde_json::from_value(serde_json::json!({
+                        "name": n, "image": "busybox:1.36", "targetContainerName": "a"
+                    }))
+                    .unwrap()
+                })
+                .collect(),
+        );
+        p
+    }
+
+    #[test]
+    fn ephemeral_containers_start_once() {
+        let p = with_ephemeral(pod("Always", &[], &["a"]), &["dbg", "dbg2"]);
+        let running = ctr("a", State::Running, 0, 0);
+        let fresh = rt(vec![sandbox(true)], vec![running.clone()]);
+        let a = compute(&p, &fresh, &[], &HashSet::new());
+        assert_eq!(a.start_ephemeral, vec![0, 1]);
+        assert!(a.start.is_empty() && !a.kill_pod);
+        // Started, running or exited: never again, whatever the restart policy.
+        for state in [
+            State::Running,
+            State::Exited,
+            State::Created,
+            State::Unknown,
+        ] {
+            let r = rt(
+                vec![sandbox(true)],
+                vec![running.clone(), ctr("dbg", state, 1, 0)],
+            );
+            let a = compute(&p, &r, &[], &HashSet::new());
+            assert_eq!(a.start_ephemeral, vec![1], "{state:?}");
+            assert!(a.kill.is_empty(), "{state:?}");
+        }
+    }
+
+    #[test]
+    fn ephemeral_containers_wait_for_a_kept_sandbox() {
+        let p = with_ephemeral(pod("Always", &[], &["a"]), &["dbg"]);
+        // No sandbox yet, or one being replaced: nothing ephemeral goes in.
+        let none = compute(&p, &rt(vec![], vec![]), &[], &HashSet::new());
+        assert_eq!(none.create_sandbox, Some(0));
+        assert!(none.start_ephemeral.is_empty());
+        let dead = rt(vec![sandbox(false)], vec![ctr("a", State::Exited, 137, 0)]);
+        let a = compute(&p, &dead, &[], &HashSet::new());
+        assert!(a.kill_pod && a.start_ephemeral.is_empty());
+        // A terminating pod, or one whose containers are done, starts nothing.
+        let live = rt(vec![sandbox(true)], vec![ctr("a", State::Running, 0, 0)]);
+        let mut deleting = p.clone();
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert!(
+            compute(&deleting, &live, &[], &HashSet::new())
+                .start_ephemeral
+                .is_empty()
+        );
+        let never = with_ephemeral(pod("Never", &[], &["a"]), &["dbg"]);
+        let done = rt(vec![sandbox(true)], vec![ctr("a", State::Exited, 0, 0)]);
+        let a = compute(&never, &done, &[], &HashSet::new());
+        assert!(a.kill_pod && a.start_ephemeral.is_empty());
+        // Initialization still under way does not hold a debugger back (as upstream).
+        let init = with_ephemeral(pod("Always", &["i1"], &["a"]), &["dbg"]);
+        let initializing = rt(vec![sandbox(true)], vec![ctr("i1", State::Running, 0, 0)]);
+        assert_eq!(
+            compute(&init, &initializing, &[], &HashSet::new()).start_ephemeral,
+            vec![0]
+        );
     }
 }

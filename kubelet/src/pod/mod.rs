@@ -3,8 +3,10 @@
 
 pub mod actions;
 pub mod backoff;
+pub mod ephemeral;
 pub mod manager;
 pub mod model;
 pub mod spec;
+mod start;
 pub mod status;
 pub mod worker;

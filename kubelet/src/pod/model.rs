@@ -17,6 +17,10 @@ pub mod keys {
     pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
     pub const TERMINATION_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
     pub const INIT_CONTAINER: &str = "minik8s.io/init-container";
+    /// On containers from `spec.ephemeralContainers`. The kubelet needs no mark (names are
+    /// unique across a pod's containers), but a runtime that only plays containers (the hollow
+    /// nodes' fake) does: a debugger runs until stopped, whatever the pod's restartPolicy.
+    pub const EPHEMERAL_CONTAINER: &str = "minik8s.io/ephemeral-container";
     /// The pod's restartPolicy, on its sandbox: a runtime that only plays containers (the
     /// hollow nodes' fake) needs it to know whether they may exit on their own.
     pub const RESTART_POLICY: &str = "minik8s.io/restart-policy";

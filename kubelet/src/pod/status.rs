@@ -95,25 +95,34 @@ fn convert(c: &RuntimeContainer, message: Option<&String>) -> ContainerState {
     }
 }
 
+/// Which of the pod's lists a container is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Init,
+    App,
+    /// Never ready and never restarted (upstream reports them as app containers whose
+    /// readiness no prober sets).
+    Ephemeral,
+}
+
 fn statuses(
     inp: &Inputs<'_>,
     containers: &[k8s_openapi::api::core::v1::Container],
-    init: bool,
+    kind: Kind,
 ) -> Vec<ContainerStatus> {
     let spec = inp.pod.spec.as_ref().expect("pod spec");
     let has_inits = spec.init_containers.as_ref().is_some_and(|i| !i.is_empty());
-    let old = if init {
-        inp.pod
-            .status
-            .as_ref()
-            .and_then(|s| s.init_container_statuses.clone())
-    } else {
-        inp.pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-    }
-    .unwrap_or_default();
+    let old = inp
+        .pod
+        .status
+        .as_ref()
+        .and_then(|s| match kind {
+            Kind::Init => s.init_container_statuses.clone(),
+            Kind::App => s.container_statuses.clone(),
+            Kind::Ephemeral => s.ephemeral_container_statuses.clone(),
+        })
+        .unwrap_or_default();
+    let init = kind == Kind::Init;
     let default_reason = if has_inits && !init {
         "PodInitializing"
     } else {
@@ -156,7 +165,7 @@ fn statuses(
                 } else {
                     started
                 };
-                status.ready = !init && ready;
+                status.ready = kind == Kind::App && ready;
                 status.started = Some(started);
             } else {
                 status.started = Some(false);
@@ -174,17 +183,18 @@ fn statuses(
                 }),
                 ..Default::default()
             });
-            if inp.pod.metadata.deletion_timestamp.is_none() {
+            if inp.pod.metadata.deletion_timestamp.is_none() && kind != Kind::Ephemeral {
                 status.restart_count = o.restart_count + 1;
             }
         }
         // A container the next sync will (re)start is waiting, with the reason it is held back.
         let done_init =
             init && latest.is_some_and(|l| l.state == State::Exited && l.exit_code == 0);
-        if !done_init
-            && should_restart(c, inp.pod, inp.runtime)
-            && let Some(w) = inp.waiting.get(&c.name)
-        {
+        let will_start = match kind {
+            Kind::Ephemeral => latest.is_none() && inp.pod.metadata.deletion_timestamp.is_none(),
+            _ => !done_init && should_restart(c, inp.pod, inp.runtime),
+        };
+        if will_start && let Some(w) = inp.waiting.get(&c.name) {
             if status
                 .state
                 .as_ref()
@@ -318,9 +328,10 @@ pub fn generate(inp: &Inputs<'_>) -> PodStatus {
     let init = statuses(
         inp,
         spec.init_containers.as_deref().unwrap_or_default(),
-        true,
+        Kind::Init,
     );
-    let app = statuses(inp, &spec.containers, false);
+    let app = statuses(inp, &spec.containers, Kind::App);
+    let ephemeral = statuses(inp, &super::ephemeral::containers(pod), Kind::Ephemeral);
     let mut phase = phase(pod, &init, &app).to_string();
     // Pods never leave a terminal phase.
     if matches!(old.phase.as_deref(), Some("Succeeded" | "Failed")) {
@@ -454,6 +465,7 @@ pub fn generate(inp: &Inputs<'_>) -> PodStatus {
         ),
         init_container_statuses: (!init.is_empty()).then_some(init),
         container_statuses: Some(app),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         reason: old.reason.clone(),
         message: old.message.clone(),
         nominated_node_name: old.nominated_node_name.clone(),
@@ -462,7 +474,7 @@ pub fn generate(inp: &Inputs<'_>) -> PodStatus {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::pod::model::SandboxState;
 
@@ -477,7 +489,7 @@ mod tests {
         .unwrap()
     }
 
-    fn ctr(name: &str, state: State, exit: i32, attempt: u32) -> RuntimeContainer {
+    pub(crate) fn ctr(name: &str, state: State, exit: i32, attempt: u32) -> RuntimeContainer {
         RuntimeContainer {
             id: format!("{name}-{attempt}"),
             name: name.into(),
@@ -502,7 +514,7 @@ mod tests {
         }
     }
 
-    fn runtime(containers: Vec<RuntimeContainer>) -> RuntimePod {
+    pub(crate) fn runtime(containers: Vec<RuntimeContainer>) -> RuntimePod {
         RuntimePod {
             uid: "u".into(),
             sandboxes: vec![SandboxState {

@@ -1,5 +1,6 @@
-//! Carrying out a pod's actions against the runtime, and reporting what came of it: the one
-//! place where the kubelet changes containers and writes pod status.
+//! Carrying out a pod's actions against the runtime, and reporting what came of it: with
+//! the `start` module, which starts containers, the one place where the kubelet changes
+//! containers and writes pod status.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,10 +16,10 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use super::actions::{self, Actions};
 use super::backoff::Backoff;
 use super::model::{RuntimePod, State, group_by_pod};
-use super::spec::{self, ContainerInputs, container_hash, pod_display, uid};
+use super::spec::{self, container_hash, pod_display, uid};
+use super::start::Sandbox;
 use super::status::{self, Inputs, ProbeState, Waiting};
 use crate::config::KubeletConfig;
-use crate::env::{self, FieldContext};
 use crate::runtime::{Runtime, RuntimeError};
 
 #[derive(Debug, thiserror::Error)]
@@ -41,14 +42,6 @@ pub struct Memory {
     pub probes: HashMap<String, ProbeState>,
     /// Containers whose liveness or startup probe failed, by ID.
     pub unhealthy: HashSet<String>,
-}
-
-/// The sandbox a container goes into.
-struct Sandbox<'a> {
-    id: &'a str,
-    config: &'a cri::PodSandboxConfig,
-    pod_ip: &'a str,
-    volumes: &'a crate::volumes::PodVolumes,
 }
 
 /// What a sync asks of its caller.
@@ -107,7 +100,7 @@ fn pod_limits(pod: &Pod) -> (Option<u64>, u64) {
 
 /// Wall time of each step of one sync, logged when the sync started something: where a pod's
 /// startup latency goes.
-struct Phases {
+pub(super) struct Phases {
     last: std::time::Instant,
     steps: Vec<(&'static str, Duration)>,
 }
@@ -121,7 +114,7 @@ impl Phases {
     }
 
     /// Ends the step called `name`.
-    fn mark(&mut self, name: &'static str) {
+    pub(super) fn mark(&mut self, name: &'static str) {
         let now = std::time::Instant::now();
         self.steps.push((name, now - self.last));
         self.last = now;
@@ -142,7 +135,7 @@ impl std::fmt::Display for Phases {
     }
 }
 
-fn now_ns() -> i64 {
+pub(super) fn now_ns() -> i64 {
     jiff::Timestamp::now().as_nanosecond() as i64
 }
 
@@ -160,7 +153,7 @@ fn object_ref(pod: &Pod, field: Option<String>) -> k8s_openapi::api::core::v1::O
 
 impl Shared {
     /// Records an event about the pod (or one of its containers), as the kubelet does.
-    async fn event(
+    pub(super) async fn event(
         &self,
         pod: &Pod,
         container: Option<&str>,
@@ -169,13 +162,17 @@ impl Shared {
         note: String,
     ) {
         let field = container.map(|c| {
-            let init = pod
-                .spec
-                .as_ref()
+            let spec = pod.spec.as_ref();
+            let init = spec
                 .and_then(|s| s.init_containers.as_ref())
                 .is_some_and(|i| i.iter().any(|x| x.name == c));
+            let ephemeral = spec
+                .and_then(|s| s.ephemeral_containers.as_ref())
+                .is_some_and(|e| e.iter().any(|x| x.name == c));
             if init {
                 format!("spec.initContainers{{{c}}}")
+            } else if ephemeral {
+                format!("spec.ephemeralContainers{{{c}}}")
             } else {
                 format!("spec.containers{{{c}}}")
             }
@@ -243,7 +240,7 @@ impl Shared {
             }))
     }
 
-    fn set_waiting(&self, pod_uid: &str, name: &str, reason: &str, message: String) {
+    pub(super) fn set_waiting(&self, pod_uid: &str, name: &str, reason: &str, message: String) {
         let mut m = self.memory.lock().expect("kubelet memory");
         m.waiting.entry(pod_uid.into()).or_default().insert(
             name.into(),
@@ -254,232 +251,15 @@ impl Shared {
         );
     }
 
-    fn clear_waiting(&self, pod_uid: &str, name: &str) {
+    pub(super) fn clear_waiting(&self, pod_uid: &str, name: &str) {
         let mut m = self.memory.lock().expect("kubelet memory");
         if let Some(w) = m.waiting.get_mut(pod_uid) {
             w.remove(name);
         }
     }
 
-    /// Makes sure the image is present as `imagePullPolicy` asks; returns its reference.
-    async fn ensure_image(&self, pod: &Pod, c: &Container) -> Result<String, (String, String)> {
-        let image = c.image.clone().unwrap_or_default();
-        let policy = c
-            .image_pull_policy
-            .clone()
-            .unwrap_or_else(|| minik8s_api::kinds::pod::default_pull_policy(&image).into());
-        let present = self
-            .runtime
-            .image_status(&image)
-            .await
-            .map_err(|e| ("ErrImageInspect".to_string(), e.message))?;
-        match (policy.as_str(), present) {
-            ("Never", None) => {
-                let msg =
-                    format!("Container image \"{image}\" is not present with pull policy of Never");
-                self.event(pod, Some(&c.name), true, "ErrImageNeverPull", msg.clone())
-                    .await;
-                Err(("ErrImageNeverPull".into(), msg))
-            }
-            ("IfNotPresent" | "Never", Some(img)) => {
-                self.event(
-                    pod,
-                    Some(&c.name),
-                    false,
-                    "Pulled",
-                    format!("Container image \"{image}\" already present on machine"),
-                )
-                .await;
-                Ok(img.id)
-            }
-            _ => {
-                let key = format!("{}/{}", uid(pod), image);
-                let now = now_ns();
-                let in_backoff = self
-                    .memory
-                    .lock()
-                    .expect("kubelet memory")
-                    .image_backoff
-                    .in_backoff(&key, now);
-                if in_backoff {
-                    let msg = format!("Back-off pulling image \"{image}\"");
-                    self.event(pod, Some(&c.name), false, "BackOff", msg.clone())
-                        .await;
-                    return Err(("ImagePullBackOff".into(), msg));
-                }
-                self.event(
-                    pod,
-                    Some(&c.name),
-                    false,
-                    "Pulling",
-                    format!("Pulling image \"{image}\""),
-                )
-                .await;
-                let started = std::time::Instant::now();
-                match self.runtime.pull_image(&image).await {
-                    Ok(r) => {
-                        let msg = format!(
-                            "Successfully pulled image \"{image}\" in {:?}",
-                            started.elapsed()
-                        );
-                        self.event(pod, Some(&c.name), false, "Pulled", msg).await;
-                        Ok(r)
-                    }
-                    Err(e) => {
-                        self.memory
-                            .lock()
-                            .expect("kubelet memory")
-                            .image_backoff
-                            .next(&key, now);
-                        let msg = format!("Failed to pull image \"{image}\": {}", e.message);
-                        self.event(pod, Some(&c.name), true, "Failed", msg.clone())
-                            .await;
-                        Err(("ErrImagePull".into(), msg))
-                    }
-                }
-            }
-        }
-    }
-
-    /// Creates and starts one container, or records why it could not.
-    async fn start_container(
-        &self,
-        pod: &Pod,
-        sandbox: &Sandbox<'_>,
-        c: &Container,
-        attempt: u32,
-        init: bool,
-        phases: &mut Phases,
-    ) -> bool {
-        let pod_uid = uid(pod).to_string();
-        let image = self.ensure_image(pod, c).await;
-        phases.mark("image");
-        let image_ref = match image {
-            Ok(r) => r,
-            Err((reason, message)) => {
-                self.set_waiting(&pod_uid, &c.name, &reason, message);
-                return false;
-            }
-        };
-        let ctx = FieldContext {
-            host_ip: &self.config.node_ip.to_string(),
-            pod_ip: sandbox.pod_ip,
-            node_cpu: self.node_cpu,
-            node_memory: self.node_memory,
-        };
-        let env = env::build(&self.client, pod, c, &ctx).await;
-        phases.mark("env");
-        let env = match env {
-            Ok(e) => e,
-            Err(e) => {
-                self.event(pod, Some(&c.name), true, "Failed", format!("Error: {e}"))
-                    .await;
-                self.set_waiting(&pod_uid, &c.name, "CreateContainerConfigError", e.0);
-                return false;
-            }
-        };
-        let env_map: BTreeMap<String, String> = env.iter().cloned().collect();
-        let node_ip = self.config.node_ip.to_string();
-        let ip = if actions::host_network(pod) {
-            node_ip.as_str()
-        } else {
-            sandbox.pod_ip
-        };
-        let (hostname, domain) = spec::hostname_and_domain(&self.config, pod);
-        let mounts = self
-            .volumes
-            .mounts(pod, sandbox.volumes, c, &env_map)
-            .and_then(|mut m| {
-                let hosts =
-                    self.volumes
-                        .etc_hosts_mount(pod, c, &[ip], &hostname, domain.as_deref())?;
-                m.extend(hosts);
-                Ok(m)
-            });
-        let mounts = match mounts {
-            Ok(m) => m,
-            Err(e) => {
-                self.event(pod, Some(&c.name), true, "Failed", format!("Error: {e}"))
-                    .await;
-                self.set_waiting(
-                    &pod_uid,
-                    &c.name,
-                    "CreateContainerConfigError",
-                    e.to_string(),
-                );
-                return false;
-            }
-        };
-        let config = spec::container_config(
-            pod,
-            c,
-            ContainerInputs {
-                image_ref: &image_ref,
-                attempt,
-                env: &env,
-                mounts,
-                node_memory: self.node_memory,
-                init,
-            },
-        );
-        let created = self
-            .runtime
-            .create_container(sandbox.id, config, sandbox.config.clone())
-            .await;
-        phases.mark("create_container");
-        let id = match created {
-            Ok(id) => id,
-            Err(e) => {
-                self.event(
-                    pod,
-                    Some(&c.name),
-                    true,
-                    "Failed",
-                    format!("Error: {}", e.message),
-                )
-                .await;
-                self.set_waiting(&pod_uid, &c.name, "CreateContainerError", e.message);
-                return false;
-            }
-        };
-        self.event(
-            pod,
-            Some(&c.name),
-            false,
-            "Created",
-            format!("Created container {}", c.name),
-        )
-        .await;
-        phases.mark("event_created");
-        let started = self.runtime.start_container(&id).await;
-        phases.mark("start_container");
-        if let Err(e) = started {
-            self.event(
-                pod,
-                Some(&c.name),
-                true,
-                "Failed",
-                format!("Error: {}", e.message),
-            )
-            .await;
-            self.set_waiting(&pod_uid, &c.name, "RunContainerError", e.message);
-            return false;
-        }
-        self.clear_waiting(&pod_uid, &c.name);
-        self.event(
-            pod,
-            Some(&c.name),
-            false,
-            "Started",
-            format!("Started container {}", c.name),
-        )
-        .await;
-        phases.mark("event_started");
-        true
-    }
-
     /// Whether a crashed container is still inside its back-off window; records the wait.
-    fn held_back(&self, pod: &Pod, rt: &RuntimePod, c: &Container) -> Option<Duration> {
+    pub(super) fn held_back(&self, pod: &Pod, rt: &RuntimePod, c: &Container) -> Option<Duration> {
         let latest = rt.latest(&c.name).filter(|l| l.state == State::Exited)?;
         let key = format!("{}/{}/{}", uid(pod), c.name, container_hash(c));
         let now = now_ns();
@@ -670,6 +450,42 @@ impl Shared {
         Ok(())
     }
 
+    /// The pod's cgroup, then its sandbox.
+    async fn create_sandbox(
+        &self,
+        pod: &Pod,
+        attempt: u32,
+        sandbox: &cri::PodSandboxConfig,
+        phases: &mut Phases,
+    ) -> Result<String, RuntimeError> {
+        tracing::info!(pod = %pod_display(pod), attempt, "creating sandbox");
+        let (memory, shares) = pod_limits(pod);
+        if self.config.manage_host
+            && let Err(e) = crate::cgroups::create(
+                &self.config.cgroups_path,
+                &spec::pod_cgroup(&self.config, pod),
+                memory,
+                shares,
+            )
+        {
+            tracing::warn!(pod = %pod_display(pod), error = %e, "creating the pod cgroup failed");
+        }
+        phases.mark("cgroup");
+        let created = self.runtime.run_pod_sandbox(sandbox.clone()).await;
+        phases.mark("run_pod_sandbox");
+        if let Err(e) = &created {
+            self.event(
+                pod,
+                None,
+                true,
+                "FailedCreatePodSandBox",
+                format!("Failed to create pod sandbox: {}", e.message),
+            )
+            .await;
+        }
+        created
+    }
+
     /// One sync of one pod: bring the runtime in line with the spec, then report.
     pub async fn sync(&self, pod: &Pod) -> Result<Outcome, SyncError> {
         let pod_uid = uid(pod).to_string();
@@ -713,8 +529,10 @@ impl Shared {
                 .unhealthy
                 .remove(&k.id);
         }
-        let needs_volumes =
-            plan.create_sandbox.is_some() || plan.next_init.is_some() || !plan.start.is_empty();
+        let needs_volumes = plan.create_sandbox.is_some()
+            || plan.next_init.is_some()
+            || !plan.start.is_empty()
+            || !plan.start_ephemeral.is_empty();
         let volumes = if needs_volumes {
             match self.volumes.setup(pod).await {
                 Ok(v) => v,
@@ -722,10 +540,15 @@ impl Shared {
                     // Containers wait (ContainerCreating) until the volumes can be set up.
                     self.event(pod, None, true, e.reason(), e.to_string()).await;
                     if e.reason() == "CreateContainerConfigError" {
-                        for c in &spec.containers {
+                        let ephemeral = plan
+                            .start_ephemeral
+                            .iter()
+                            .filter_map(|&i| spec.ephemeral_containers.as_ref()?.get(i))
+                            .map(|e| &e.name);
+                        for name in spec.containers.iter().map(|c| &c.name).chain(ephemeral) {
                             self.set_waiting(
                                 &pod_uid,
-                                &c.name,
+                                name,
                                 "CreateContainerConfigError",
                                 e.to_string(),
                             );
@@ -753,35 +576,10 @@ impl Shared {
             .unwrap_or(0);
         let sandbox = spec::sandbox_config(&self.config, pod, attempt);
         if let Some(attempt) = plan.create_sandbox {
-            tracing::info!(pod = %pod_display(pod), attempt, "creating sandbox");
-            let (memory, shares) = pod_limits(pod);
-            if self.config.manage_host
-                && let Err(e) = crate::cgroups::create(
-                    &self.config.cgroups_path,
-                    &spec::pod_cgroup(&self.config, pod),
-                    memory,
-                    shares,
-                )
-            {
-                tracing::warn!(pod = %pod_display(pod), error = %e, "creating the pod cgroup failed");
-            }
-            phases.mark("cgroup");
-            let created = self.runtime.run_pod_sandbox(sandbox.clone()).await;
-            phases.mark("run_pod_sandbox");
-            match created {
-                Ok(id) => sandbox_id = Some(id),
-                Err(e) => {
-                    self.event(
-                        pod,
-                        None,
-                        true,
-                        "FailedCreatePodSandBox",
-                        format!("Failed to create pod sandbox: {}", e.message),
-                    )
-                    .await;
-                    return Err(e.into());
-                }
-            }
+            sandbox_id = Some(
+                self.create_sandbox(pod, attempt, &sandbox, &mut phases)
+                    .await?,
+            );
         }
         let pod_ip = match &sandbox_id {
             Some(id) => self
@@ -796,65 +594,15 @@ impl Shared {
         };
         phases.mark("sandbox_status");
         if let Some(sandbox_id) = sandbox_id.as_deref() {
-            // After a new sandbox, earlier containers are history: attempts continue from them.
-            let fresh = plan.create_sandbox.is_some();
-            if let Some(i) = plan.next_init {
-                let c = &spec.init_containers.as_ref().expect("init containers")[i];
-                let current = if fresh { None } else { Some(&rt) };
-                match current.and_then(|rt| self.held_back(pod, rt, c)) {
-                    Some(wait) => outcome.requeue_after = Some(wait),
-                    None => {
-                        let attempt = rt.latest(&c.name).map(|l| l.attempt + 1).unwrap_or(0);
-                        self.start_container(
-                            pod,
-                            &Sandbox {
-                                id: sandbox_id,
-                                config: &sandbox,
-                                pod_ip: &pod_ip,
-                                volumes: &volumes,
-                            },
-                            c,
-                            attempt,
-                            true,
-                            &mut phases,
-                        )
-                        .await;
-                    }
-                }
-            }
-            for &i in &plan.start {
-                let c = &spec.containers[i];
-                let current = if fresh { None } else { Some(&rt) };
-                if let Some(wait) = current.and_then(|rt| self.held_back(pod, rt, c)) {
-                    outcome.requeue_after =
-                        Some(outcome.requeue_after.map_or(wait, |w| w.min(wait)));
-                    continue;
-                }
-                let attempt = rt.latest(&c.name).map(|l| l.attempt + 1).unwrap_or(0);
-                if !self
-                    .start_container(
-                        pod,
-                        &Sandbox {
-                            id: sandbox_id,
-                            config: &sandbox,
-                            pod_ip: &pod_ip,
-                            volumes: &volumes,
-                        },
-                        c,
-                        attempt,
-                        false,
-                        &mut phases,
-                    )
-                    .await
-                {
-                    // Image pulls and config errors are retried after a short back-off.
-                    outcome.requeue_after = Some(
-                        outcome
-                            .requeue_after
-                            .map_or(Duration::from_secs(5), |w| w.min(Duration::from_secs(5))),
-                    );
-                }
-            }
+            let into = Sandbox {
+                id: sandbox_id,
+                config: &sandbox,
+                pod_ip: &pod_ip,
+                volumes: &volumes,
+            };
+            outcome.requeue_after = self
+                .start_planned(pod, &plan, &rt, &into, &mut phases)
+                .await?;
         }
         let rt = self.runtime_pod(&pod_uid).await?;
         phases.mark("runtime_pod");

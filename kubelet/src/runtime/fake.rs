@@ -7,8 +7,8 @@
 //! annotations give them (the light hollow nodes' annotations, read from the sandbox config
 //! the kubelet copies them into): containers of pods whose restartPolicy is not Always exit
 //! with `hollow.minik8s.io/exit-code` (default 0) after `hollow.minik8s.io/run-seconds`
-//! (default 0); init containers exit 0 at once; readiness probes fail while
-//! `hollow.minik8s.io/ready` was "false" when the sandbox was made.
+//! (default 0); init containers exit 0 at once; ephemeral containers run until stopped;
+//! readiness probes fail while `hollow.minik8s.io/ready` was "false" when the sandbox was made.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -223,6 +223,12 @@ impl FakeRuntime {
             .expect("fake")
             .stats
             .insert(container_id.into(), usage);
+    }
+
+    /// The config a container was created with.
+    pub fn container_config(&self, id: &str) -> Option<cri::ContainerConfig> {
+        let s = self.state.lock().expect("fake");
+        s.containers.get(id).map(|c| c.config.clone())
     }
 
     /// IDs and names of running containers of a pod.

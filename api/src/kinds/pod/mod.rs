@@ -2,6 +2,7 @@
 //! strategy (status starts Pending with a QoS class); their validation and printing, each
 //! large, have modules of their own.
 
+pub mod ephemeral;
 mod table;
 pub mod validation;
 
@@ -17,6 +18,13 @@ use crate::strategy::Kind;
 use crate::table::{Column, Row};
 use crate::validation::{Errors, FieldError, Path};
 use validation::validate_pod_spec;
+
+fn validate_pod(pod: &Pod, errs: &mut Errors) {
+    match &pod.spec {
+        None => errs.push(FieldError::required(&Path::new("spec"), "")),
+        Some(spec) => validate_pod_spec(spec, &Path::new("spec"), errs),
+    }
+}
 
 impl Kind for Pod {
     const COLUMNS: &'static [Column] = table::POD_COLUMNS;
@@ -106,14 +114,14 @@ impl Kind for Pod {
     }
 
     fn validate(&self, errs: &mut Errors) {
-        match &self.spec {
-            None => errs.push(FieldError::required(&Path::new("spec"), "")),
-            Some(spec) => validate_pod_spec(spec, &Path::new("spec"), errs),
+        validate_pod(self, errs);
+        if let Some(spec) = &self.spec {
+            ephemeral::validate_create(spec, errs);
         }
     }
 
     fn validate_update(&self, old: &Self, errs: &mut Errors) {
-        self.validate(errs);
+        validate_pod(self, errs);
         if let (Some(new), Some(old)) = (&self.spec, &old.spec) {
             // Only images, activeDeadlineSeconds and added tolerations may change.
             let mut comparable = new.clone();
@@ -142,6 +150,14 @@ impl Kind for Pod {
 
     fn keep_status(&mut self, old: &Self) {
         self.status = old.status.clone();
+    }
+
+    fn keep_all_but_ephemeral_containers(&mut self, old: &Self) {
+        ephemeral::keep_all_but_ephemeral_containers(self, old);
+    }
+
+    fn validate_ephemeral_containers_update(&self, old: &Self, errs: &mut Errors) {
+        ephemeral::validate_update(self, old, errs);
     }
 
     fn keep_spec(&mut self, old: &Self) {

@@ -25,6 +25,10 @@ fn hollow_exit(
     {
         return Some((0, Duration::ZERO));
     }
+    if container.labels.contains_key(keys::EPHEMERAL_CONTAINER) {
+        // A debugger someone attaches to: it stays until they are done with it.
+        return None;
+    }
     let a = &sandbox.annotations;
     if a.get(keys::RESTART_POLICY).map_or("Always", String::as_str) == "Always" {
         return None;
