@@ -48,6 +48,11 @@ pub struct Attributes<'a> {
 
 #[async_trait::async_trait]
 pub trait ExternalAdmission: Send + Sync + 'static {
+    /// Whether anything is configured that writes of `info` would meet now; when nothing
+    /// is, the object is not turned into JSON at all.
+    async fn active(&self, _info: &ResourceInfo) -> bool {
+        true
+    }
     /// Mutating admission: may change `obj`.
     async fn mutate(&self, attrs: &Attributes<'_>, obj: &mut Value) -> Result<(), ApiError>;
     /// Validating admission of the object as it will be stored (`None` for a delete).
@@ -71,6 +76,12 @@ fn to_json<T: serde::Serialize>(obj: &T) -> Result<Value, ApiError> {
 }
 
 impl<S: Strategy> GenericRegistry<S> {
+    /// The external admission, when it has anything to do for this resource now.
+    async fn active_external(&self) -> Option<DynExternalAdmission> {
+        let ext = self.external.clone()?;
+        ext.active(self.strategy.info()).await.then_some(ext)
+    }
+
     fn attributes<'a>(
         &'a self,
         operation: Operation,
@@ -136,7 +147,7 @@ impl<S: Strategy> GenericRegistry<S> {
         obj: &mut S::Object,
         dry_run: bool,
     ) -> Result<(), ApiError> {
-        let Some(ext) = self.external.clone() else {
+        let Some(ext) = self.active_external().await else {
             return Ok(());
         };
         if self
@@ -171,7 +182,7 @@ impl<S: Strategy> GenericRegistry<S> {
         part: Part,
         dry_run: bool,
     ) -> Result<(), ApiError> {
-        let Some(ext) = self.external.clone() else {
+        let Some(ext) = self.active_external().await else {
             return Ok(());
         };
         let old_json = to_json(old)?;
@@ -211,7 +222,7 @@ impl<S: Strategy> GenericRegistry<S> {
         current: &S::Object,
         dry_run: bool,
     ) -> Result<(), ApiError> {
-        let Some(ext) = self.external.clone() else {
+        let Some(ext) = self.active_external().await else {
             return Ok(());
         };
         let old_json = to_json(current)?;

@@ -494,6 +494,16 @@ fn sent_out(attrs: &Attributes<'_>) -> bool {
 
 #[async_trait::async_trait]
 impl ExternalAdmission for Webhooks {
+    async fn active(&self, info: &minik8s_api::ResourceInfo) -> bool {
+        let (Some(sources), Some(_)) = (self.sources.get(), caller()) else {
+            return false;
+        };
+        info.group != ADMISSION_GROUP
+            && (!cached(&sources.mutating).await.is_empty()
+                || !cached(&sources.validating).await.is_empty()
+                || !cached(&sources.policies.bindings).await.is_empty())
+    }
+
     async fn mutate(&self, attrs: &Attributes<'_>, obj: &mut Value) -> Result<(), ApiError> {
         let (Some(sources), Some(caller)) = (self.sources.get(), caller()) else {
             return Ok(());
