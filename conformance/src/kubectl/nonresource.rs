@@ -3,9 +3,7 @@
 //! endpoints' per-check listing, exclusions and per-check paths; the kubelet's Prometheus
 //! endpoints through the node proxy; and `kubectl get componentstatuses`.
 
-use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
+use anyhow::ensure;
 use serde_json::Value;
 
 use super::{Ctx, header, row};
@@ -71,10 +69,8 @@ pub async fn raw_paths(c: &Ctx) -> anyhow::Result<()> {
 /// What suites and Prometheus read off every node: `/metrics` and `/metrics/cadvisor`
 /// through `nodes/NAME/proxy`.
 pub async fn node_metrics(c: &Ctx) -> anyhow::Result<()> {
-    let nodes: Api<Node> = Api::all(c.client.clone());
-    let list = nodes.list(&Default::default()).await?;
-    let node = list.items.first().context("no node")?;
-    let name = node.metadata.name.clone().unwrap_or_default();
+    // A node with a kubelet (other cases add nodes without one, such as drain's).
+    let name = c.ready_node().await?;
     let own = c
         .ok(&[
             "get",
