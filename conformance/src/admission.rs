@@ -72,10 +72,30 @@ pub async fn run(env: &Arc<Env>) {
 
 const WARDLE: &str = "v1alpha1.wardle.example.com";
 
+/// What the suite's python servers share: the imports and a JSON reply; each script defines
+/// its handler `H`, and [`PY_SERVE`] serves it over TLS on 8443.
+const PY_PRELUDE: &str = r#"
+import base64, http.server, json, ssl
+def reply(h, body):
+    data = json.dumps(body).encode()
+    h.send_response(200)
+    h.send_header('Content-Type', 'application/json')
+    h.send_header('Content-Length', str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
+"#;
+
+const PY_SERVE: &str = r#"
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain('/tls/tls.crt', '/tls/tls.key')
+srv = http.server.ThreadingHTTPServer(('', 8443), H)
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+"#;
+
 /// The aggregated server: a group version with one resource, flunders, whose one object is
 /// named after the user the front-proxy headers name.
 const AGGREGATED_PY: &str = r#"
-import http.server, json, ssl
 GV = '/apis/wardle.example.com/v1alpha1'
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -96,23 +116,12 @@ class H(http.server.BaseHTTPRequestHandler):
             self.send_response(404)
             self.end_headers()
             return
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain('/tls/tls.crt', '/tls/tls.key')
-srv = http.server.ThreadingHTTPServer(('', 8443), H)
-srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-srv.serve_forever()
+        reply(self, body)
 "#;
 
 /// The webhook: refuses pods labelled `deny=yes` on /validate, labels pods
 /// `mutated=by-webhook` on /mutate.
 const WEBHOOK_PY: &str = r#"
-import base64, http.server, json, ssl
 class H(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         review = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
@@ -126,18 +135,8 @@ class H(http.server.BaseHTTPRequestHandler):
             patch = [{'op': 'add', 'path': '/metadata/labels/mutated', 'value': 'by-webhook'}]
             resp['patchType'] = 'JSONPatch'
             resp['patch'] = base64.b64encode(json.dumps(patch).encode()).decode()
-        body = json.dumps({'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview',
-                           'response': resp}).encode()
-        self.send_response(200)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain('/tls/tls.crt', '/tls/tls.key')
-srv = http.server.ThreadingHTTPServer(('', 8443), H)
-srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-srv.serve_forever()
+        reply(self, {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview',
+                     'response': resp})
 "#;
 
 /// A CA and a serving certificate for `host` it signed: (CA PEM, cert PEM, key PEM).
@@ -198,8 +197,8 @@ impl Ctx {
         self.serve_python("webhook", WEBHOOK_PY, cert, key).await
     }
 
-    /// Starts `script` (an HTTPS server on 8443 with the certificate) in a pod behind a
-    /// Service `name` on port 443, and waits for it to be ready.
+    /// Starts `script` (a handler `H`, served over HTTPS on 8443 with the certificate) in a
+    /// pod behind a Service `name` on port 443, and waits for it to be ready.
     async fn serve_python(
         &self,
         name: &str,
@@ -222,7 +221,7 @@ impl Ctx {
                 "terminationGracePeriodSeconds": 0,
                 "containers": [{
                     "name": "server", "image": "python:3", "imagePullPolicy": "Never",
-                    "command": ["python3", "-u", "-c", script],
+                    "command": ["python3", "-u", "-c", format!("{PY_PRELUDE}{script}{PY_SERVE}")],
                     "ports": [{"containerPort": 8443}],
                     "readinessProbe": {"tcpSocket": {"port": 8443}, "periodSeconds": 1},
                     "volumeMounts": [{"name": "tls", "mountPath": "/tls"}],

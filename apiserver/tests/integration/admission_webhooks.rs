@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use base64::Engine;
 use http::StatusCode;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use minik8s_apiserver::pki::{Pki, ServingNames};
+use minik8s_apiserver::pki::ServingNames;
 use serde_json::{Value, json};
 use testkit::{Backend, InProcess, eventually};
+
+use crate::https_server::{self, HttpsServer};
 
 /// What the webhook saw: (path, AdmissionReview request).
 type Seen = Arc<Mutex<Vec<(String, Value)>>>;
@@ -43,67 +43,20 @@ fn answer(path: &str, review: &Value) -> Value {
 }
 
 /// Serves the webhook over TLS on a loopback port; returns its address and the CA to trust.
-async fn start_webhook(seen: Seen) -> (SocketAddr, String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
+async fn start_webhook(seen: Seen) -> (SocketAddr, String, HttpsServer) {
     let names = ServingNames {
         dns: vec![],
         ips: vec!["127.0.0.1".parse().unwrap()],
     };
-    let pki = Pki::ensure(dir.path(), &names).unwrap();
-    let certs = rustls_pemfile::certs(&mut pki.serving.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = rustls_pemfile::private_key(&mut pki.serving.key_pem.as_bytes())
-        .unwrap()
-        .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let acceptor = acceptor.clone();
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let seen = seen.clone();
-                    async move {
-                        use http_body_util::BodyExt;
-                        let path = req.uri().path().to_string();
-                        let body = req.into_body().collect().await?.to_bytes();
-                        let review: Value = serde_json::from_slice(&body).unwrap_or_default();
-                        seen.lock()
-                            .unwrap()
-                            .push((path.clone(), review["request"].clone()));
-                        let out = answer(&path, &review).to_string();
-                        Ok::<_, hyper::Error>(
-                            http::Response::builder()
-                                .header("content-type", "application/json")
-                                .body(http_body_util::Full::new(bytes::Bytes::from(out)))
-                                .unwrap(),
-                        )
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
-        }
-    });
-    (addr, pki.ca.cert_pem, dir)
+    let server = https_server::serve(names, move |req| {
+        let review: Value = serde_json::from_slice(req.body).unwrap_or_default();
+        seen.lock()
+            .unwrap()
+            .push((req.path.to_string(), review["request"].clone()));
+        (200, answer(req.path, &review))
+    })
+    .await;
+    (server.addr, server.ca_pem.clone(), server)
 }
 
 fn webhook(name: &str, url: &str, ca: &str, failure_policy: &str, side_effects: &str) -> Value {
@@ -144,7 +97,7 @@ const MWC: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigur
 async fn webhooks_refuse_and_patch_pods() {
     let server = InProcess::start(Backend::Sqlite).await.unwrap();
     let seen: Seen = Default::default();
-    let (addr, ca, _dir) = start_webhook(seen.clone()).await;
+    let (addr, ca, _server) = start_webhook(seen.clone()).await;
     let validate = format!("https://{addr}/validate");
     let mutate = format!("https://{addr}/mutate");
     let r = server
@@ -240,7 +193,7 @@ async fn webhooks_refuse_and_patch_pods() {
 async fn failure_policy_and_dry_run() {
     let server = InProcess::start(Backend::Sqlite).await.unwrap();
     let seen: Seen = Default::default();
-    let (addr, ca, _dir) = start_webhook(seen.clone()).await;
+    let (addr, ca, _server) = start_webhook(seen.clone()).await;
     // Nothing listens on a port the test bound and let go.
     let down = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use base64::Engine;
 use http::StatusCode;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use minik8s_apiserver::pki::{Pki, ServingNames};
+use minik8s_apiserver::pki::ServingNames;
 use serde_json::{Value, json};
 use testkit::{Backend, InProcess, eventually};
+
+use crate::https_server::{self, HttpsServer};
 
 const GV: &str = "/apis/wardle.example.com/v1alpha1";
 const APISERVICES: &str = "/apis/apiregistration.k8s.io/v1/apiservices";
@@ -65,112 +65,16 @@ fn answer(path: &str, headers: &http::HeaderMap, client_cert: bool, seen: &Seen)
 
 /// An aggregated server on loopback, its certificate for `api.default.svc`; returns its port
 /// and the CA that signed it.
-async fn start_backend(seen: Seen) -> (u16, String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
+async fn start_backend(seen: Seen) -> (u16, String, HttpsServer) {
     let names = ServingNames {
         dns: vec!["api.default.svc".into()],
         ips: vec![],
     };
-    let pki = Pki::ensure(dir.path(), &names).unwrap();
-    let certs = rustls_pemfile::certs(&mut pki.serving.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = rustls_pemfile::private_key(&mut pki.serving.key_pem.as_bytes())
-        .unwrap()
-        .unwrap();
-    // Any client certificate is accepted and noted (the server under test has its own CA).
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_client_cert_verifier(Arc::new(AnyClient))
-    .with_single_cert(certs, key)
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let acceptor = acceptor.clone();
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let client_cert = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .is_some_and(|c| !c.is_empty());
-                let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let (code, body) = answer(req.uri().path(), req.headers(), client_cert, &seen);
-                    async move {
-                        Ok::<_, hyper::Error>(
-                            http::Response::builder()
-                                .status(code)
-                                .header("content-type", "application/json")
-                                .body(http_body_util::Full::new(bytes::Bytes::from(
-                                    body.to_string(),
-                                )))
-                                .unwrap(),
-                        )
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
-        }
-    });
-    (port, pki.ca.cert_pem, dir)
-}
-
-#[derive(Debug)]
-struct AnyClient;
-
-impl rustls::server::danger::ClientCertVerifier for AnyClient {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
-        &[]
-    }
-    fn verify_client_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
-        Ok(rustls::server::danger::ClientCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        rustls::crypto::ring::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    let server = https_server::serve(names, move |req| {
+        answer(req.path, req.headers, req.client_cert, &seen)
+    })
+    .await;
+    (server.addr.port(), server.ca_pem.clone(), server)
 }
 
 /// The Available condition of an APIService: (status, reason).
@@ -191,7 +95,7 @@ async fn available(server: &InProcess, name: &str) -> Option<(String, String)> {
 async fn aggregated_api_is_proxied_discovered_and_available() {
     let server = InProcess::start(Backend::Sqlite).await.unwrap();
     let seen: Seen = Default::default();
-    let (port, ca, _dir) = start_backend(seen.clone()).await;
+    let (port, ca, _server) = start_backend(seen.clone()).await;
     let r = server
         .post(
             "/api/v1/namespaces/default/services",

@@ -12,6 +12,7 @@ mod component_status;
 mod crd;
 mod ephemeral_containers;
 mod hpa_versions;
+mod https_server;
 mod kube_client;
 mod layers;
 mod metrics_api;

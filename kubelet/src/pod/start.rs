@@ -155,9 +155,8 @@ impl Shared {
         let env = match env {
             Ok(e) => e,
             Err(e) => {
-                self.event(pod, Some(&c.name), true, "Failed", format!("Error: {e}"))
+                self.container_failed(pod, &c.name, "CreateContainerConfigError", e.0)
                     .await;
-                self.set_waiting(&pod_uid, &c.name, "CreateContainerConfigError", e.0);
                 return false;
             }
         };
@@ -182,14 +181,8 @@ impl Shared {
         let mounts = match mounts {
             Ok(m) => m,
             Err(e) => {
-                self.event(pod, Some(&c.name), true, "Failed", format!("Error: {e}"))
+                self.container_failed(pod, &c.name, "CreateContainerConfigError", e.to_string())
                     .await;
-                self.set_waiting(
-                    &pod_uid,
-                    &c.name,
-                    "CreateContainerConfigError",
-                    e.to_string(),
-                );
                 return false;
             }
         };
@@ -216,15 +209,8 @@ impl Shared {
         let id = match created {
             Ok(id) => id,
             Err(e) => {
-                self.event(
-                    pod,
-                    Some(&c.name),
-                    true,
-                    "Failed",
-                    format!("Error: {}", e.message),
-                )
-                .await;
-                self.set_waiting(&pod_uid, &c.name, "CreateContainerError", e.message);
+                self.container_failed(pod, &c.name, "CreateContainerError", e.message)
+                    .await;
                 return false;
             }
         };
@@ -240,15 +226,8 @@ impl Shared {
         let started = self.runtime.start_container(&id).await;
         phases.mark("start_container");
         if let Err(e) = started {
-            self.event(
-                pod,
-                Some(&c.name),
-                true,
-                "Failed",
-                format!("Error: {}", e.message),
-            )
-            .await;
-            self.set_waiting(&pod_uid, &c.name, "RunContainerError", e.message);
+            self.container_failed(pod, &c.name, "RunContainerError", e.message)
+                .await;
             return false;
         }
         self.clear_waiting(&pod_uid, &c.name);
@@ -345,15 +324,8 @@ impl Shared {
                 (Some(t), Some(now)) => match ephemeral::target_id(now, t) {
                     Ok(id) => Some(id),
                     Err(message) => {
-                        self.event(
-                            pod,
-                            Some(&c.name),
-                            true,
-                            "Failed",
-                            format!("Error: {message}"),
-                        )
-                        .await;
-                        self.set_waiting(uid(pod), &c.name, "CreateContainerConfigError", message);
+                        self.container_failed(pod, &c.name, "CreateContainerConfigError", message)
+                            .await;
                         started = false;
                         continue;
                     }

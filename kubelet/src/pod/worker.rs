@@ -240,6 +240,20 @@ impl Shared {
             }))
     }
 
+    /// A container could not be made: a `Failed` event with upstream's `Error: ...` note,
+    /// and the Waiting reason its status shows until the next try.
+    pub(super) async fn container_failed(
+        &self,
+        pod: &Pod,
+        name: &str,
+        reason: &str,
+        message: String,
+    ) {
+        self.event(pod, Some(name), true, "Failed", format!("Error: {message}"))
+            .await;
+        self.set_waiting(spec::uid(pod), name, reason, message);
+    }
+
     pub(super) fn set_waiting(&self, pod_uid: &str, name: &str, reason: &str, message: String) {
         let mut m = self.memory.lock().expect("kubelet memory");
         m.waiting.entry(pod_uid.into()).or_default().insert(
