@@ -9,6 +9,8 @@
 #   - endpoints follow readiness: an unready pod leaves the Service's rules and comes back;
 #   - an Ingress (two hosts, two paths, two Services) is served on every node's port 80 and
 #     its status lists all node addresses;
+#   - NetworkPolicies: one isolating a pod (across nodes and on its own node), one admitting a
+#     labelled client, one limiting a pod's egress; all traffic flows again once they go;
 #   - restarting a worker's `minik8s node` (its proxier) keeps the rules and an established
 #     connection through a ClusterIP.
 # MINIK8S_PROXY_MODE=nftables runs every node's proxier in nftables mode (default iptables).
@@ -217,6 +219,56 @@ wait_for 30 lb_is "$want_lb" ||
   fail "the Ingress status lists $(kubectl -n "$NS" get ingress web -o jsonpath='{.status.loadBalancer.ingress[*].ip}'), not $want_lb"
 ing_rv="$(kubectl -n "$NS" get ingress web -o jsonpath='{.metadata.resourceVersion}')"
 kubectl -n "$NS" get ingress web >&2
+
+log "NetworkPolicy: isolating a pod, admitting a labelled client, limiting egress"
+# A node's policy rules as text: the filter table's MK8S chains, or the nftables table.
+policy_rules() {
+  if [[ "$PROXY_MODE" == nftables ]]; then
+    nsenter --net="/run/netns/$1" nft list table ip minik8s-netpol 2>/dev/null || true
+  else
+    nsenter --net="/run/netns/$1" iptables-save -t filter | grep -- MK8S || true
+  fi
+}
+web1_ip="$(kubectl -n "$NS" get pod web-1 -o jsonpath='{.status.podIP}')"
+web0_ip="$(kubectl -n "$NS" get pod web-0 -o jsonpath='{.status.podIP}')"
+# from-pod address: answered, or not within 2 s.
+reach() { kubectl -n "$NS" exec "$1" -- timeout 2 wget -qO- "http://$2/" >/dev/null 2>&1; }
+blocked() { ! reach "$1" "$2"; }
+policy() { # name pod-label spec-yaml (the rest of spec)
+  kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: $1}
+spec:
+  podSelector: {matchLabels: {pod: $2}}
+$3
+YAML
+}
+policy isolate-web-1 web-1 "  policyTypes: [Ingress]"
+wait_for 30 blocked client "$web1_ip" || fail "web-1 still admits the client ($W2) after isolate-web-1"
+blocked web-2 "$web1_ip" || fail "web-1 still admits web-2 on its own node ($W1) after isolate-web-1"
+reach client "$web0_ip" || fail "the client no longer reaches the unisolated web-0"
+grep -q "$NS/web-1" <<<"$(policy_rules "$W1")" || fail "no policy rules for web-1 on $W1: $(policy_rules "$W1")"
+# kubelet probes come from the node itself: web-1 stays Ready while isolated.
+kubectl -n "$NS" wait --for=condition=Ready pod/web-1 --timeout=10s >/dev/null || fail "isolated web-1 lost its readiness"
+kubectl -n "$NS" label pod client role=client >/dev/null
+policy admit-clients web-1 "  ingress:
+  - from: [{podSelector: {matchLabels: {role: client}}}]
+    ports: [{port: 80}]"
+wait_for 30 reach client "$web1_ip" || fail "admit-clients does not let the labelled client reach web-1"
+blocked web-2 "$web1_ip" || fail "web-2 (unlabelled) reaches web-1 through admit-clients"
+policy client-egress client "  policyTypes: [Egress]
+  egress:
+  - to: [{podSelector: {matchLabels: {pod: web-0}}}]
+    ports: [{protocol: TCP, port: 80}]"
+wait_for 30 blocked client "$web1_ip" || fail "client-egress does not keep the client from web-1"
+reach client "$web0_ip" || fail "client-egress does not let the client reach web-0"
+grep -q "$NS/client" <<<"$(policy_rules "$W2")" || fail "no policy rules for the client on $W2"
+kubectl -n "$NS" delete networkpolicy --all >/dev/null
+wait_for 30 reach web-2 "$web1_ip" || fail "web-2 does not reach web-1 after the policies went"
+wait_for 30 reach client "$web1_ip" || fail "the client does not reach web-1 after the policies went"
+no_policy_rules() { ! grep -q "$NS/" <<<"$(policy_rules "$1")"; }
+wait_for 30 no_policy_rules "$W1" || fail "policy rules remain on $W1: $(policy_rules "$W1")"
 
 log "restarting $W2's node process keeps an established connection through a ClusterIP"
 kubectl -n "$NS" apply -f - >/dev/null <<YAML

@@ -42,6 +42,7 @@ use schemars::JsonSchema;
 use crate::admission::limit_ranger::{self, LimitRanger};
 use crate::admission::priority::{self, OneGlobalDefault, PriorityAdmission};
 use crate::admission::resource_quota::{self, Counted, QuotaAdmission};
+use crate::admission::runtime_class::{self, RuntimeClassAdmission};
 use crate::admission::serviceaccount::{self, ServiceAccountAdmission};
 use crate::handlers::certificates::CertificateSigningRequestExtension;
 use crate::handlers::namespaces::NamespaceExtension;
@@ -104,7 +105,7 @@ fn namespaces(server: &ApiServer) -> GenericRegistry<BuiltIn<Namespace>> {
 fn pods(server: &ApiServer) -> GenericRegistry<BuiltIn<Pod>> {
     let mut pods = registry::<Pod>(server);
     let admission = &server.options.admission;
-    // In upstream's order: LimitRanger, ServiceAccount, then Priority.
+    // In upstream's order: LimitRanger, ServiceAccount, Priority, then RuntimeClass.
     if admission.enabled(limit_ranger::PLUGIN_NAME) {
         for phase in [Phase::Mutate, Phase::Final] {
             let ranges = server.registry::<LimitRange>();
@@ -118,6 +119,14 @@ fn pods(server: &ApiServer) -> GenericRegistry<BuiltIn<Pod>> {
     if admission.enabled(priority::PLUGIN_NAME) {
         let classes = server.registry::<PriorityClass>();
         pods = pods.with_admission(Arc::new(PriorityAdmission::new(classes)));
+    }
+    if admission.enabled(runtime_class::PLUGIN_NAME) {
+        // Read through a registry of its own: RuntimeClasses are served after pods.
+        let classes = Arc::new(registry::<RuntimeClass>(server));
+        for phase in [Phase::Mutate, Phase::Final] {
+            pods =
+                pods.with_admission(Arc::new(RuntimeClassAdmission::new(classes.clone(), phase)));
+        }
     }
     counted(server, pods)
 }

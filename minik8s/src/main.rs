@@ -373,6 +373,12 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
                 args.proxy_mode,
                 stopped(net_stopped.clone()),
             ));
+            net_tasks.push(net::spawn_network_policy(
+                &informers,
+                agent::node_name(&args.agent),
+                args.proxy_mode,
+                stopped(net_stopped.clone()),
+            ));
         }
         if !args.routes.disable_route_agent {
             let name = agent::node_name(&args.agent);

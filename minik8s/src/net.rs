@@ -48,7 +48,8 @@ pub struct ProxyArgs {
         default_value = "iptables"
     )]
     pub proxy_mode: ProxyMode,
-    /// Remove every rule, chain and table the proxier made (both modes), then exit.
+    /// Remove every rule, chain and table the proxier and the network policy enforcement made
+    /// (both modes), then exit.
     #[arg(long)]
     pub cleanup: bool,
 }
@@ -110,6 +111,39 @@ pub fn spawn_proxier(
     })
 }
 
+/// Starts NetworkPolicy enforcement for the pods of `node` in the background, in the kernel
+/// language of the proxier's `mode`, reading the caches of `informers`.
+pub fn spawn_network_policy(
+    informers: &Arc<Informers>,
+    node: String,
+    mode: ProxyMode,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    use minik8s_proxy::netpol::{self, Backend};
+    use minik8s_proxy::nftables::CommandNft;
+    let informers = informers.clone();
+    tokio::spawn(async move {
+        let ipt = Arc::new(CommandIptables::default());
+        let nft = Arc::new(CommandNft::default());
+        // The other mode's rules go first: a node that switched modes must not keep them.
+        type Cleanup = Box<dyn FnOnce() -> Result<(), minik8s_proxy::iptables::Error> + Send>;
+        let (backend, other): (Backend, Cleanup) = match mode {
+            ProxyMode::Iptables => (
+                Backend::Iptables(ipt),
+                Box::new(move || netpol::cleanup_nftables(nft.as_ref())),
+            ),
+            ProxyMode::Nftables => (
+                Backend::Nftables(nft),
+                Box::new(move || netpol::cleanup_iptables(ipt.as_ref())),
+            ),
+        };
+        let periods = Periods::default();
+        if let Err(e) = netpol::run(&informers, node, backend, other, periods, shutdown).await {
+            tracing::error!(error = %e, "network policy enforcement stopped");
+        }
+    })
+}
+
 /// The proxier of `mode` until `shutdown`.
 async fn run_proxier(
     caches: minik8s_proxy::cache::Caches,
@@ -137,6 +171,7 @@ pub async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
         let iptables =
             minik8s_proxy::iptables::apply::cleanup(&ipt).context("cleaning up iptables");
         minik8s_proxy::nftables::apply::cleanup(&nft).context("cleaning up nftables")?;
+        minik8s_proxy::netpol::cleanup(&ipt, &nft).context("cleaning up network policies")?;
         return iptables;
     }
     let client = args.client.client().await?;

@@ -105,6 +105,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             args.proxy_mode,
             stopped(stop_rx.clone()),
         ));
+        tasks.push(net::spawn_network_policy(
+            informers,
+            name.clone(),
+            args.proxy_mode,
+            stopped(stop_rx.clone()),
+        ));
     }
     if let (false, Some(client), Some(informers)) = (args.disable_ingress, proxy_client, informers)
     {

@@ -1,7 +1,7 @@
 //! Service networking on a node: the proxier (kube-proxy, iptables or nftables mode), cluster
-//! DNS and an Ingress proxy. All three are plain API clients fed by watches of Services and
-//! EndpointSlices (the shared informers of their process, see `cache`), and share one notion of
-//! which endpoints serve (`endpoints`).
+//! DNS, an Ingress proxy and NetworkPolicy enforcement. All are plain API clients fed by
+//! watches (the shared informers of their process, see `cache`); the first three share one
+//! notion of which endpoints serve (`endpoints`).
 
 pub mod cache;
 pub mod dns;
@@ -9,4 +9,5 @@ pub mod endpoints;
 pub mod forward;
 pub mod ingress;
 pub mod iptables;
+pub mod netpol;
 pub mod nftables;

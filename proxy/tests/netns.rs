@@ -6,81 +6,20 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+mod support;
+
 use minik8s_proxy::iptables::apply::{self, CommandIptables, Iptables};
 use minik8s_proxy::iptables::{ProxyConfig, ProxyState, SyncKind, Syncer, render, render_rules};
 use minik8s_proxy::nftables::{self, Nft};
 use serde_json::json;
-
-struct Netns {
-    name: String,
-    children: Vec<Child>,
-}
-
-impl Netns {
-    fn create(name: &str) -> anyhow::Result<Netns> {
-        let _ = Command::new("ip").args(["netns", "del", name]).status();
-        run(Command::new("ip").args(["netns", "add", name]))?;
-        Ok(Netns {
-            name: name.to_string(),
-            children: Vec::new(),
-        })
-    }
-
-    fn exec(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name]).args(args);
-        c
-    }
-
-    fn prefix(&self) -> Vec<String> {
-        ["ip", "netns", "exec", &self.name]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn run(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-const SERVER: &str = r#"
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.listen(64)
-print("ready", flush=True)
-while True:
-    c, _ = s.accept()
-    c.sendall(sys.argv[1].encode())
-    c.close()
-"#;
+use support::{Netns, SERVER, is_root, node_with_bridge, pod_on_bridge, python, run};
 
 const CLIENT: &str = r#"
 import socket, sys
@@ -91,14 +30,6 @@ for _ in range(int(sys.argv[3])):
     c.close()
 print(" ".join(sorted(seen)))
 "#;
-
-fn python() -> &'static str {
-    if std::path::Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    }
-}
 
 /// Which backends answered `tries` connections to `ip:port` from inside the namespace.
 fn backends_seen(ns: &Netns, ip: &str, port: u16, tries: u32) -> anyhow::Result<BTreeSet<String>> {
@@ -269,14 +200,6 @@ fn partial_syncs_change_the_kernel_rules_in_place() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
 fn nft_state() -> ProxyState {
     let mut state = state();
     let extra: Vec<Service> = serde_json::from_value(json!([
@@ -410,49 +333,13 @@ fn golden_nft_scripts_are_accepted_by_the_kernel() -> anyhow::Result<()> {
 /// A node namespace with a bridge at 10.244.0.1/24 and a pod namespace behind it (veth,
 /// 10.244.0.2, default route to the bridge) whose server listens on 10.244.0.2:8080.
 fn node_with_one_pod(tag: &str) -> anyhow::Result<(Netns, Netns)> {
-    let node = Netns::create(&format!("m8s-hp-node-{tag}-{}", std::process::id()))?;
-    let mut pod = Netns::create(&format!("m8s-hp-pod-{tag}-{}", std::process::id()))?;
-    for args in [
-        &["ip", "link", "set", "lo", "up"][..],
-        &["ip", "link", "add", "br0", "type", "bridge"],
-        &["ip", "addr", "add", "10.244.0.1/24", "dev", "br0"],
-        &["ip", "link", "set", "br0", "up"],
-        &[
-            "ip", "link", "add", "vp0", "type", "veth", "peer", "name", "eth0", "netns", &pod.name,
-        ],
-        &["ip", "link", "set", "vp0", "master", "br0", "up"],
-        // As the CNI bridge plugin's hairpinMode: with br_netfilter the DNAT happens as the
-        // frame crosses the bridge, which must then send it back out of the port it came in.
-        &[
-            "ip",
-            "link",
-            "set",
-            "vp0",
-            "type",
-            "bridge_slave",
-            "hairpin",
-            "on",
-        ],
-        &["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
-    ] {
-        run(&mut node.exec(args))?;
-    }
-    for args in [
-        &["ip", "link", "set", "lo", "up"][..],
-        &["ip", "addr", "add", "10.244.0.2/24", "dev", "eth0"],
-        &["ip", "link", "set", "eth0", "up"],
-        &["ip", "route", "add", "default", "via", "10.244.0.1"],
-    ] {
-        run(&mut pod.exec(args))?;
-    }
-    let mut child = pod
-        .exec(&[python(), "-c", SERVER, "10.244.0.2", "8080"])
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
-    pod.children.push(child);
-    anyhow::ensure!(line.trim() == "ready", "the pod's server did not start");
+    let node = node_with_bridge(&format!("m8s-hp-node-{tag}-{}", std::process::id()))?;
+    let pod = pod_on_bridge(
+        &node,
+        &format!("m8s-hp-pod-{tag}-{}", std::process::id()),
+        "vp0",
+        "10.244.0.2",
+    )?;
     Ok((node, pod))
 }
 

@@ -6,6 +6,7 @@ pub mod limit_ranger;
 pub mod namespace_lifecycle;
 pub mod priority;
 pub mod resource_quota;
+pub mod runtime_class;
 pub mod serviceaccount;
 pub mod webhook;
 
@@ -22,6 +23,7 @@ impl AdmissionOptions {
         namespace_lifecycle::PLUGIN_NAME,
         priority::PLUGIN_NAME,
         resource_quota::PLUGIN_NAME,
+        runtime_class::PLUGIN_NAME,
         serviceaccount::PLUGIN_NAME,
     ];
 

@@ -1,8 +1,9 @@
 //! Pod policy that reads other objects, through the REST API: evictions spend a
 //! PodDisruptionBudget's `disruptionsAllowed` (429 with upstream's cause when none is left),
 //! Priority admission fills a pod's priority from its PriorityClass and refuses what it did
-//! not compute, LimitRanges default and bound new pods, and a CertificateSigningRequest is
-//! approved through its `approval` subresource.
+//! not compute, RuntimeClass admission adds its class's overhead and scheduling, LimitRanges
+//! default and bound new pods, and a CertificateSigningRequest is approved through its
+//! `approval` subresource.
 
 use http::StatusCode;
 use serde_json::{Value, json};
@@ -11,6 +12,7 @@ use testkit::{Backend, InProcess, Reply};
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const PDBS: &str = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
 const CLASSES: &str = "/apis/scheduling.k8s.io/v1/priorityclasses";
+const RUNTIME_CLASSES: &str = "/apis/node.k8s.io/v1/runtimeclasses";
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
 fn ok(r: &Reply, code: StatusCode) -> Value {
@@ -221,6 +223,72 @@ async fn priority_comes_from_the_priority_class() {
             "the integer value of priority (1000) must not be provided in pod spec; priority admission controller computed 10 from the given PriorityClass name"
         ),
         "{r}"
+    );
+}
+
+#[tokio::test]
+async fn runtime_classes_bring_overhead_and_scheduling() {
+    let s = InProcess::start(Backend::Sqlite).await.unwrap();
+    let class = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": "sandboxed"}, "handler": "runc",
+        "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}},
+        "scheduling": {"nodeSelector": {"sandbox": "yes"},
+                       "tolerations": [{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}]}});
+    ok(&s.post(RUNTIME_CLASSES, class).await, StatusCode::CREATED);
+    let with_class = |name: &str, class: &str| {
+        let mut p = pod(name, json!({}));
+        p["spec"]["runtimeClassName"] = json!(class);
+        p
+    };
+
+    let created = ok(
+        &s.post(PODS, with_class("a", "sandboxed")).await,
+        StatusCode::CREATED,
+    );
+    assert_eq!(
+        created["spec"]["overhead"],
+        json!({"cpu": "250m", "memory": "64Mi"})
+    );
+    assert_eq!(created["spec"]["nodeSelector"], json!({"sandbox": "yes"}));
+    let tolerations = created["spec"]["tolerations"].as_array().unwrap();
+    assert!(
+        tolerations
+            .iter()
+            .any(|t| t["key"] == "sandbox" && t["effect"] == "NoSchedule"),
+        "{tolerations:?}"
+    );
+
+    let refused = |r: &Reply| {
+        ok(r, StatusCode::FORBIDDEN)["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        refused(&s.post(PODS, with_class("b", "missing")).await),
+        "pods \"b\" is forbidden: pod rejected: RuntimeClass \"missing\" not found"
+    );
+    let mut p = with_class("c", "sandboxed");
+    p["spec"]["nodeSelector"] = json!({"sandbox": "no"});
+    assert_eq!(
+        refused(&s.post(PODS, p).await),
+        "pods \"c\" is forbidden: conflict: runtimeClass.scheduling.nodeSelector[sandbox] = yes; pod.spec.nodeSelector[sandbox] = no"
+    );
+    let mut p = with_class("d", "sandboxed");
+    p["spec"]["overhead"] = json!({"cpu": "1"});
+    assert_eq!(
+        refused(&s.post(PODS, p).await),
+        "pods \"d\" is forbidden: pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
+    );
+    // The class's own overhead, written differently, is the same overhead.
+    let mut p = with_class("e", "sandboxed");
+    p["spec"]["overhead"] = json!({"cpu": "0.25", "memory": "64Mi"});
+    ok(&s.post(PODS, p).await, StatusCode::CREATED);
+    let mut p = pod("f", json!({}));
+    p["spec"]["overhead"] = json!({"cpu": "1"});
+    assert_eq!(
+        refused(&s.post(PODS, p).await),
+        "pods \"f\" is forbidden: pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
     );
 }
 

@@ -142,6 +142,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "quota-pods" => policy::quota_pods,
     "limitrange-defaults" => policy::limitrange_defaults,
     "preemption" => scheduling::preemption,
+    "runtime-class" => scheduling::runtime_class,
     "debug" => debug::debug,
     "knative-service" => knative::knative_service,
     "kubectl-fn" => knative::kubectl_fn,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -464,6 +465,38 @@ impl Shared {
         Ok(())
     }
 
+    /// The CRI handler of the pod's RuntimeClass (empty: the runtime's default), read when a
+    /// sandbox is made, as upstream's RuntimeClass manager does.
+    async fn runtime_handler(&self, pod: &Pod) -> Result<String, RuntimeError> {
+        let Some(name) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref())
+            .filter(|n| !n.is_empty())
+        else {
+            return Ok(String::new());
+        };
+        let failed = |code, message| RuntimeError {
+            operation: "RunPodSandbox",
+            code,
+            message,
+        };
+        match Api::<RuntimeClass>::all(self.client.clone())
+            .get_opt(name)
+            .await
+        {
+            Ok(Some(rc)) => Ok(rc.handler),
+            Ok(None) => Err(failed(
+                tonic::Code::NotFound,
+                format!("RuntimeClass {name:?} not found"),
+            )),
+            Err(e) => Err(failed(
+                tonic::Code::Unavailable,
+                format!("looking up RuntimeClass {name:?}: {e}"),
+            )),
+        }
+    }
+
     /// The pod's cgroup, then its sandbox.
     async fn create_sandbox(
         &self,
@@ -485,7 +518,14 @@ impl Shared {
             tracing::warn!(pod = %pod_display(pod), error = %e, "creating the pod cgroup failed");
         }
         phases.mark("cgroup");
-        let created = self.runtime.run_pod_sandbox(sandbox.clone()).await;
+        let created = match self.runtime_handler(pod).await {
+            Ok(handler) => {
+                self.runtime
+                    .run_pod_sandbox(sandbox.clone(), &handler)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         phases.mark("run_pod_sandbox");
         if let Err(e) = &created {
             self.event(

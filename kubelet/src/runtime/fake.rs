@@ -286,7 +286,21 @@ impl Runtime for FakeRuntime {
         })
     }
 
-    async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
+        // As containerd configured by `containerd.rs`: runc is the only (and default) runtime.
+        if !matches!(runtime_handler, "" | "runc") {
+            return Err(RuntimeError {
+                operation: "RunPodSandbox",
+                code: tonic::Code::Unknown,
+                message: format!(
+                    "failed to get sandbox runtime: no runtime for {runtime_handler:?} is configured"
+                ),
+            });
+        }
         let mut s = self.state.lock().expect("fake");
         let id = format!("sandbox-{}", s.next_id + 1);
         let ip = if self.hollow {

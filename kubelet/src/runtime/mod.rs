@@ -33,7 +33,12 @@ pub type Result<T> = std::result::Result<T, RuntimeError>;
 pub trait Runtime: Send + Sync + 'static {
     async fn version(&self) -> Result<cri::VersionResponse>;
     async fn status(&self) -> Result<cri::StatusResponse>;
-    async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String>;
+    /// `runtime_handler` is the RuntimeClass's handler, empty for the runtime's default.
+    async fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String>;
     async fn stop_pod_sandbox(&self, id: &str) -> Result<()>;
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()>;
     async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus>;
@@ -162,10 +167,14 @@ impl Runtime for CriRuntime {
             .into_inner())
     }
 
-    async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
-            runtime_handler: String::new(),
+            runtime_handler: runtime_handler.to_string(),
         };
         Ok(self
             .runtime

@@ -409,16 +409,22 @@ pub fn cleanup(ipt: &dyn Iptables) -> Result<(), Error> {
                     || SERVICE_CHAIN_PREFIXES.iter().any(|p| c.starts_with(p))
             })
             .collect();
-        data.push_str(&format!("*{table}\n"));
-        for c in &ours {
-            data.push_str(&format!(":{c} - [0:0]\n"));
-        }
-        for c in &ours {
-            data.push_str(&format!("-X {c}\n"));
-        }
-        data.push_str("COMMIT\n");
+        data.push_str(&delete_chains(table, &ours));
     }
     ipt.restore(&data)
+}
+
+/// `iptables-restore --noflush` input that flushes and deletes `chains` of `table`.
+pub fn delete_chains(table: &str, chains: &[String]) -> String {
+    let mut data = format!("*{table}\n");
+    for c in chains {
+        data.push_str(&format!(":{c} - [0:0]\n"));
+    }
+    for c in chains {
+        data.push_str(&format!("-X {c}\n"));
+    }
+    data.push_str("COMMIT\n");
+    data
 }
 
 /// A fake that records calls and keeps the restored text; `check` answers from the jumps it

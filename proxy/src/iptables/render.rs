@@ -72,7 +72,7 @@ pub fn endpoint_chain_name(service_port: &str, protocol: &str, endpoint: &str) -
     hashed("KUBE-SEP-", &format!("{service_port}{protocol}{endpoint}"))
 }
 
-fn hashed(prefix: &str, input: &str) -> String {
+pub(crate) fn hashed(prefix: &str, input: &str) -> String {
     let digest = Sha256::digest(input.as_bytes());
     let encoded = data_encoding::BASE32.encode(&digest);
     format!("{prefix}{}", &encoded[..16])

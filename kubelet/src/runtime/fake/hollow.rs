@@ -191,11 +191,11 @@ mod tests {
             (RUN_SECONDS_ANNOTATION, "1"),
         ]);
         assert!(
-            fake.run_pod_sandbox(job.clone()).await.is_err(),
+            fake.run_pod_sandbox(job.clone(), "").await.is_err(),
             "no sandbox before the node has a pod range"
         );
         fake.update_pod_cidr("100.64.7.0/24").await.unwrap();
-        let sb = fake.run_pod_sandbox(job.clone()).await.unwrap();
+        let sb = fake.run_pod_sandbox(job.clone(), "").await.unwrap();
         let ip = fake
             .pod_sandbox_status(&sb)
             .await
