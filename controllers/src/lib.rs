@@ -4,6 +4,7 @@
 //! works for third-party controllers too.
 
 pub mod cronjob;
+pub mod csrsigning;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;

@@ -22,6 +22,8 @@ pub struct ControllerManagerOptions {
     pub root_ca: Option<String>,
     /// The `--horizontal-pod-autoscaler-*` flags.
     pub hpa: crate::podautoscaler::HpaOptions,
+    /// The `--cluster-signing-*` flags: the CA the CSR signing controller signs with.
+    pub signing: Option<crate::csrsigning::SigningOptions>,
 }
 
 impl Default for ControllerManagerOptions {
@@ -32,6 +34,7 @@ impl Default for ControllerManagerOptions {
             node_ipam: Default::default(),
             root_ca: None,
             hpa: Default::default(),
+            signing: None,
         }
     }
 }
@@ -128,6 +131,19 @@ pub async fn run_controllers(informers: Arc<Informers>, options: &ControllerMana
             informers.clone(),
             options.hpa.clone(),
         ));
+    }
+    if options.enabled(crate::csrsigning::NAME) {
+        // As upstream, it runs only when there is a CA to sign with.
+        match &options.signing {
+            Some(signing) => {
+                tracing::info!(controller = crate::csrsigning::NAME, "starting controller");
+                set.spawn(crate::csrsigning::run(informers.clone(), signing.clone()));
+            }
+            None => tracing::info!(
+                controller = crate::csrsigning::NAME,
+                "not starting: no --cluster-signing-cert-file and --cluster-signing-key-file"
+            ),
+        }
     }
     if options.enabled(ROOT_CA_PUBLISHER) {
         // As upstream, it runs only when there is a CA to publish.

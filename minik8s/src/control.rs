@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use minik8s_apiserver::auth::{ClientCertIdentity, UserInfo};
+use minik8s_controllers::csrsigning::SigningOptions;
 use minik8s_controllers::hollow::HollowConfig;
 use minik8s_controllers::manager::ControllerManagerOptions;
 use minik8s_controllers::podautoscaler::{CalculatorConfig, HpaOptions};
@@ -32,6 +33,16 @@ pub struct ControllerManagerArgs {
     /// (`server` publishes its own CA without it).
     #[arg(long)]
     pub root_ca_file: Option<PathBuf>,
+    /// The PEM CA certificate that signs the certificates of approved CSRs for the built-in
+    /// signers (`server` signs with its own CA without it).
+    #[arg(long)]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+    /// The PEM private key of `--cluster-signing-cert-file`.
+    #[arg(long)]
+    pub cluster_signing_key_file: Option<PathBuf>,
+    /// The longest a signed certificate lasts (a CSR's expirationSeconds may ask for less).
+    #[arg(long, default_value = "8760h0m0s", value_parser = parse_duration)]
+    pub cluster_signing_duration: Duration,
     /// How often each HorizontalPodAutoscaler is synced.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub horizontal_pod_autoscaler_sync_period: Duration,
@@ -63,7 +74,26 @@ impl ControllerManagerArgs {
             ),
             None => None,
         };
+        let read = |path: &PathBuf, flag: &str| {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--{flag}: reading {}", path.display()))
+        };
+        let signing = match (
+            &self.cluster_signing_cert_file,
+            &self.cluster_signing_key_file,
+        ) {
+            (Some(cert), Some(key)) => Some(SigningOptions {
+                ca_cert_pem: read(cert, "cluster-signing-cert-file")?,
+                ca_key_pem: read(key, "cluster-signing-key-file")?,
+                duration: self.cluster_signing_duration,
+            }),
+            (None, None) => None,
+            _ => anyhow::bail!(
+                "--cluster-signing-cert-file and --cluster-signing-key-file go together"
+            ),
+        };
         Ok(ControllerManagerOptions {
+            signing,
             controllers: self.controllers.clone(),
             leader_elect: self.leader_elect,
             root_ca,

@@ -433,6 +433,13 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     if options.root_ca.is_none() {
         options.root_ca = Some(prepared.pki.ca.cert_pem.clone());
     }
+    if options.signing.is_none() {
+        options.signing = Some(minik8s_controllers::csrsigning::SigningOptions {
+            ca_cert_pem: prepared.pki.ca.cert_pem.clone(),
+            ca_key_pem: prepared.pki.ca.key_pem.clone(),
+            duration: args.controller_manager.cluster_signing_duration,
+        });
+    }
     // The node agent's --cluster-cidr is the range the node IPAM controller splits.
     options.node_ipam.cluster_cidr = args.agent.cluster_cidr.clone();
     let controllers = (with_agent && !args.disable_controller_manager).then(|| {

@@ -491,6 +491,20 @@ impl Ctx {
     }
 
     /// Writes a file into the suite's directory and returns its path as a string.
+    /// The API server's URL, as the kubeconfig names it.
+    async fn server(&self) -> anyhow::Result<String> {
+        let out = self
+            .ok(&[
+                "config",
+                "view",
+                "--minify",
+                "-o",
+                "jsonpath={.clusters[0].cluster.server}",
+            ])
+            .await?;
+        Ok(out.trim().to_string())
+    }
+
     fn write(&self, name: &str, content: &str) -> anyhow::Result<String> {
         let path = self.dir.join(name);
         if let Some(parent) = path.parent() {
@@ -3833,20 +3847,12 @@ async fn create_token(c: &Ctx) -> anyhow::Result<()> {
     let err = c.fails(&["create", "token", "no-such-sa"]).await?;
     contains(&err, "serviceaccounts \"no-such-sa\" not found")?;
     let token_arg = format!("--token={token}");
-    let server = c
-        .ok(&[
-            "config",
-            "view",
-            "--minify",
-            "-o",
-            "jsonpath={.clusters[0].cluster.server}",
-        ])
-        .await?;
+    let server = c.server().await?;
     // The token authenticates by itself (the admin's client certificate is left out).
     let as_token = |args: &[&str]| {
         let mut all = vec![
             "--kubeconfig=/dev/null".to_string(),
-            format!("--server={}", server.trim()),
+            format!("--server={server}"),
             "--insecure-skip-tls-verify".into(),
             token_arg.clone(),
         ];

@@ -1,6 +1,7 @@
 //! The policy kinds as each kubectl writes and prints them: `kubectl create quota`,
 //! `create priorityclass` and `create pdb` (the objects kubectl builds and the server's Table
-//! columns), `kubectl certificate approve`, `kubectl get rc`, and `kubectl drain` of a node
+//! columns), `kubectl certificate approve` (then the certificate the signer issues used as a
+//! client certificate), `kubectl get rc`, and `kubectl drain` of a node
 //! whose pods a PodDisruptionBudget protects; a quota refusing the pod past its count and a
 //! LimitRange's defaults, each in a namespace of its own.
 //!
@@ -21,9 +22,6 @@ use serde_json::json;
 
 use super::{Ctx, header, row};
 use crate::support::{contains, eventually};
-
-/// A CSR for CN=alice, O=dev.
-const CSR_PEM_BASE64: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KTUlIWU1JR0FBZ0VBTUI0eERqQU1CZ05WQkFNTUJXRnNhV05sTVF3d0NnWURWUVFLREFOa1pYWXdXVEFUQmdjcQpoa2pPUFFJQkJnZ3Foa2pPUFFNQkJ3TkNBQVJzNm81ODNBcUFYb3hDb013Ukk3Y3B1QkJIRnE4YzRKajNSR1UrCnNmZEpPOHZDM1orcFp2VTd5a1cvSzc4Uko2V2dIeXNWd0Z2aUdIMmpuMndIRGFYL29BQXdDZ1lJS29aSXpqMEUKQXdJRFJ3QXdSQUlnZjQzUjB5SzJzcmJubU15SytPdk1QS1htangwalpRbmV6cjAyRnVWOGt1d0NJR09MdVJtZgpaeFV0M3JsSWtqUWJRcFFWaldKM2FsREtBMDg4T3liMW9qOWwKLS0tLS1FTkQgQ0VSVElGSUNBVEUgUkVRVUVTVC0tLS0tCg==";
 
 pub async fn create_policy_objects(c: &Ctx) -> anyhow::Result<()> {
     let out = c
@@ -141,13 +139,24 @@ pub async fn create_policy_objects(c: &Ctx) -> anyhow::Result<()> {
 
 pub async fn certificate_approve(c: &Ctx) -> anyhow::Result<()> {
     let name = format!("csr-{}-{}", c.bin.tag, c.env.run);
+    let user = format!("alice-{}", c.bin.tag);
     let csrs: Api<CertificateSigningRequest> = Api::all(c.client.clone());
     let _ = csrs.delete(&name, &DeleteParams::default()).await;
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, user.as_str());
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "dev");
+    let request = params.serialize_request(&key)?.pem()?;
     let manifest = c.write(
         "csr.yaml",
         &json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
                 "metadata": {"name": name},
-                "spec": {"request": CSR_PEM_BASE64,
+                "spec": {"request": k8s_openapi::ByteString(request.into_bytes()),
                          "signerName": "kubernetes.io/kube-apiserver-client",
                          "expirationSeconds": 86400,
                          "usages": ["client auth"]}})
@@ -173,17 +182,53 @@ pub async fn certificate_approve(c: &Ctx) -> anyhow::Result<()> {
         &out,
         &format!("certificatesigningrequest.certificates.k8s.io/{name} approved"),
     )?;
-    let out = c.ok(&["get", "csr", &name]).await?;
-    let r = row(&out, &name)?;
-    ensure!(r.contains(&"24h") && r.last() == Some(&"Approved"), "{r:?}");
+    // The controller-manager's signer issues the certificate.
+    eventually(
+        Duration::from_secs(30),
+        "the certificate issued",
+        || async {
+            let out = c.ok(&["get", "csr", &name]).await?;
+            let r = row(&out, &name)?;
+            ensure!(
+                r.contains(&"24h") && r.last() == Some(&"Approved,Issued"),
+                "{r:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
     let csr = csrs.get(&name).await?;
-    let approved = csr
-        .status
-        .and_then(|s| s.conditions)
+    let status = csr.status.unwrap_or_default();
+    let approved = status
+        .conditions
         .unwrap_or_default()
         .into_iter()
         .any(|c| c.type_ == "Approved" && c.reason.as_deref() == Some("KubectlApprove"));
     ensure!(approved, "no Approved condition from kubectl");
+    // The certificate authenticates its subject to this API server.
+    let cert = String::from_utf8(status.certificate.unwrap_or_default().0)?;
+    let cert_file = c.write("alice.crt", &cert)?;
+    let key_file = c.write("alice.key", &key.serialize_pem())?;
+    if c.bin.minor.is_none_or(|m| m >= 28) {
+        let server = c.server().await?;
+        let out = c
+            .ok(&[
+                "--kubeconfig=/dev/null",
+                &format!("--server={server}"),
+                "--insecure-skip-tls-verify",
+                &format!("--client-certificate={cert_file}"),
+                &format!("--client-key={key_file}"),
+                "auth",
+                "whoami",
+                "-o",
+                "json",
+            ])
+            .await?;
+        let review: serde_json::Value = serde_json::from_str(&out)?;
+        let info = &review["status"]["userInfo"];
+        ensure!(info["username"] == user.as_str(), "whoami: {out}");
+        contains(&info["groups"].to_string(), "\"dev\"")?;
+    }
     csrs.delete(&name, &DeleteParams::default()).await?;
     Ok(())
 }
