@@ -117,7 +117,8 @@ impl ControllerManagerArgs {
 #[derive(Args, Clone, Debug)]
 pub struct SchedulerArgs {
     /// How feasible nodes are ranked: LeastAllocated, MostAllocated, BalancedAllocation,
-    /// RoundRobin, Random or LeastPods.
+    /// RoundRobin, Random, LeastPods, or by the nodes' measured use (metrics.k8s.io):
+    /// LeastCpu or LeastMem.
     #[arg(long, default_value = "LeastAllocated")]
     pub scoring_strategy: ScoringStrategy,
 }

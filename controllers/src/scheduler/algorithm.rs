@@ -78,6 +78,8 @@ pub struct Context<'a> {
     /// Pods of at least this pod's priority nominated to a node by preemption: the room
     /// they wait for is theirs (upstream's addNominatedPods).
     pub nominated: Vec<(&'a str, &'a PodInfo)>,
+    /// A node's predicted use (millicores, bytes), for the load-aware strategies.
+    pub load: &'a dyn Fn(&str) -> Option<(i64, i64)>,
 }
 
 /// The filters' states for `pod` that depend on other pods (upstream's PreFilter).
@@ -204,7 +206,13 @@ pub fn schedule(
         match filters::run_all(pod, info, node, usage, &pods) {
             Ok(()) => candidates.push(Candidate {
                 name,
-                strategy_score: scoring::strategy_score(strategy, info, node, usage),
+                strategy_score: scoring::strategy_score(
+                    strategy,
+                    info,
+                    node,
+                    usage,
+                    (context.load)(name),
+                ),
                 affinity_weight: filters::preferred_affinity_weight(pod, &node.node),
                 intolerable_taints: filters::intolerable_prefer_no_schedule(pod, &node.taints),
                 pod_affinity: 0,
@@ -296,6 +304,7 @@ mod tests {
             namespace_labels: &|_| None,
             default_spread_selector: None,
             nominated: vec![],
+            load: &|_| None,
         };
         schedule(
             p,
@@ -358,6 +367,7 @@ mod tests {
             namespace_labels: &|_| None,
             default_spread_selector: Some(Selector::parse("app=web").unwrap()),
             nominated: vec![],
+            load: &|_| None,
         };
         let mut cache = Cache::default();
         let mut counts = BTreeMap::new();
@@ -509,5 +519,56 @@ mod tests {
         }
         assert_eq!(cache.usage("a").map(|u| u.pods), Some(4));
         assert!(cache.usage("b").is_none());
+    }
+
+    #[test]
+    fn load_aware_strategies_follow_measured_use_and_recent_placements() {
+        let ns = nodes(vec![
+            node("a", "4", serde_json::json!({})),
+            node("b", "4", serde_json::json!({})),
+        ]);
+        let p = pod(serde_json::json!({"containers": [{"name": "c",
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}));
+        let info = PodInfo::new(&p);
+        // Requests say both nodes are empty; measurements say a is busy on cpu, b on memory.
+        let loads = super::super::load::NodeLoads::default();
+        loads.record(
+            [
+                ("a".to_string(), (2000, 1 << 30)),
+                ("b".to_string(), (500, 6 << 30)),
+            ]
+            .into(),
+        );
+        let now = tokio::time::Instant::now();
+        let choose = |strategy| {
+            let load = |n: &str| loads.predicted(n, now);
+            let context = Context {
+                namespace_labels: &|_| None,
+                default_spread_selector: None,
+                nominated: vec![],
+                load: &load,
+            };
+            let cache = Cache::default();
+            schedule(
+                &p,
+                &info,
+                &ns,
+                &cache,
+                &context,
+                strategy,
+                None,
+                &mut 0,
+                |_| 0,
+            )
+            .unwrap()
+        };
+        assert_eq!(choose(ScoringStrategy::LeastCpu), "b");
+        assert_eq!(choose(ScoringStrategy::LeastMem), "a");
+        // Scores 25 (a) and 62 (b); with two pods of 1 cpu placed on b since the sample, b
+        // would be at 3.5 of 4 cpus (12): a is the less loaded now.
+        for _ in 0..2 {
+            loads.placed("b", &info, now);
+        }
+        assert_eq!(choose(ScoringStrategy::LeastCpu), "a");
     }
 }

@@ -14,6 +14,7 @@ pub mod algorithm;
 pub mod cache;
 pub mod filters;
 mod listers;
+pub mod load;
 pub mod pod_affinity;
 pub mod preemption;
 pub mod queue;
@@ -129,6 +130,8 @@ enum Outcome {
         error: kube::Error,
     },
     Recorded,
+    /// A sample of the nodes' measured use (load-aware strategies).
+    Loads(Result<load::Measured, kube::Error>),
 }
 
 /// What woke the loop.
@@ -138,6 +141,7 @@ enum Step {
     TaskDone(Outcome),
     BackoffExpired,
     FlushLeftovers,
+    RefreshLoads,
     Schedule,
     Stop,
 }
@@ -161,6 +165,8 @@ struct Scheduler {
     listers: Option<Listers>,
     /// Pods nominated to a node by preemption, by UID: the node and the pod.
     nominated: HashMap<String, (String, PodInfo)>,
+    /// The nodes' measured use, for the load-aware strategies.
+    loads: load::NodeLoads,
 }
 
 impl Scheduler {
@@ -184,6 +190,7 @@ impl Scheduler {
             nodes_synced: false,
             listers: None,
             nominated: HashMap::new(),
+            loads: load::NodeLoads::default(),
         }
     }
 
@@ -197,6 +204,8 @@ impl Scheduler {
         let nodes = node_informer.changes();
         futures::pin_mut!(pods, nodes);
         let mut leftovers = tokio::time::interval(LEFTOVER_FLUSH_PERIOD);
+        let mut loads = tokio::time::interval(load::REFRESH_PERIOD);
+        let load_aware = self.strategy.load_aware();
         loop {
             let backoff_expiry = self.queue.next_backoff_expiry();
             let can_schedule = self.pods_synced && self.nodes_synced && self.queue.has_active();
@@ -219,6 +228,7 @@ impl Scheduler {
                 _ = tokio::time::sleep_until(backoff_expiry.unwrap_or_else(Instant::now)),
                     if backoff_expiry.is_some() => Step::BackoffExpired,
                 _ = leftovers.tick() => Step::FlushLeftovers,
+                _ = loads.tick(), if load_aware => Step::RefreshLoads,
                 _ = std::future::ready(()), if can_schedule => Step::Schedule,
             };
             let now = Instant::now();
@@ -228,6 +238,11 @@ impl Scheduler {
                 Step::TaskDone(outcome) => self.on_outcome(outcome, now),
                 Step::BackoffExpired => self.queue.flush_backoff(now),
                 Step::FlushLeftovers => self.queue.flush_unschedulable_leftovers(now),
+                Step::RefreshLoads => {
+                    let client = self.client.clone();
+                    self.tasks
+                        .spawn(async move { Outcome::Loads(load::fetch(&client).await) });
+                }
                 Step::Schedule => self.schedule_one(now),
                 Step::Stop => return,
             }
@@ -346,8 +361,14 @@ impl Scheduler {
     }
 
     fn on_outcome(&mut self, outcome: Outcome, now: Instant) {
-        let Outcome::BindFailed { queued, error } = outcome else {
-            return;
+        let (queued, error) = match outcome {
+            Outcome::BindFailed { queued, error } => (queued, error),
+            Outcome::Loads(Ok(measured)) => return self.loads.record(measured),
+            Outcome::Loads(Err(error)) => {
+                tracing::warn!(%error, "reading the node metrics failed; load-aware scores use the last sample");
+                return;
+            }
+            Outcome::Bound | Outcome::Recorded => return,
         };
         let uid = queued.uid();
         let pod = queued.pod.clone();
@@ -385,12 +406,15 @@ impl Scheduler {
             .filter(|(other, (_, p))| **other != uid && p.priority >= info.priority)
             .map(|(_, (node, p))| (node.as_str(), p))
             .collect();
+        let loads = self.loads.clone();
+        let load = move |node: &str| loads.predicted(node, now);
         let context = algorithm::Context {
             namespace_labels: &namespace_labels,
             default_spread_selector: listers
                 .filter(|_| !own_constraints)
                 .map(|l| l.default_selector(&pod)),
             nominated,
+            load: &load,
         };
         let decision = algorithm::schedule(
             &pod,
@@ -434,6 +458,9 @@ impl Scheduler {
             Ok(node) => {
                 tracing::debug!(%node, "assuming");
                 self.nominated.remove(&uid);
+                if self.strategy.load_aware() {
+                    self.loads.placed(&node, &info, now);
+                }
                 self.cache.assume(&uid, &node, info);
                 self.queue.move_pod_waiters(now);
                 self.last_node = Some(node.clone());

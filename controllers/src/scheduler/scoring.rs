@@ -33,17 +33,29 @@ pub enum ScoringStrategy {
     Random,
     /// Prefer the node running the fewest pods.
     LeastPods,
+    /// Prefer the node whose measured cpu use, with the pod's request, is the smallest
+    /// share of its allocatable cpu (Trimaran-style; see `load`).
+    LeastCpu,
+    /// The same for memory.
+    LeastMem,
 }
 
 impl ScoringStrategy {
-    pub const ALL: [ScoringStrategy; 6] = [
+    pub const ALL: [ScoringStrategy; 8] = [
         ScoringStrategy::LeastAllocated,
         ScoringStrategy::MostAllocated,
         ScoringStrategy::BalancedAllocation,
         ScoringStrategy::RoundRobin,
         ScoringStrategy::Random,
         ScoringStrategy::LeastPods,
+        ScoringStrategy::LeastCpu,
+        ScoringStrategy::LeastMem,
     ];
+
+    /// Whether it scores by the nodes' measured use.
+    pub fn load_aware(self) -> bool {
+        matches!(self, ScoringStrategy::LeastCpu | ScoringStrategy::LeastMem)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -53,6 +65,8 @@ impl ScoringStrategy {
             ScoringStrategy::RoundRobin => "RoundRobin",
             ScoringStrategy::Random => "Random",
             ScoringStrategy::LeastPods => "LeastPods",
+            ScoringStrategy::LeastCpu => "LeastCpu",
+            ScoringStrategy::LeastMem => "LeastMem",
         }
     }
 }
@@ -65,7 +79,7 @@ impl fmt::Display for ScoringStrategy {
 
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "unknown scoring strategy {0:?} (one of LeastAllocated, MostAllocated, BalancedAllocation, RoundRobin, Random, LeastPods)"
+    "unknown scoring strategy {0:?} (one of LeastAllocated, MostAllocated, BalancedAllocation, RoundRobin, Random, LeastPods, LeastCpu, LeastMem)"
 )]
 pub struct UnknownStrategy(String);
 
@@ -108,12 +122,14 @@ fn balanced(fractions: &[f64]) -> i64 {
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
 }
 
-/// The strategy's score of one node for the pod, 0–100.
+/// The strategy's score of one node for the pod, 0–100. `load` is the node's predicted use
+/// (millicores, bytes) for the load-aware strategies; a node never measured scores 0.
 pub fn strategy_score(
     strategy: ScoringStrategy,
     pod: &PodInfo,
     node: &NodeState,
     usage: &NodeUsage,
+    load: Option<(i64, i64)>,
 ) -> i64 {
     let cpu = usage.nonzero_cpu + pod.nonzero.0;
     let memory = usage.nonzero_memory + pod.nonzero.1;
@@ -140,6 +156,12 @@ pub fn strategy_score(
             balanced(&fractions)
         }
         ScoringStrategy::LeastPods => least_requested(usage.pods + 1, node.allowed_pods),
+        ScoringStrategy::LeastCpu => load.map_or(0, |(used, _)| {
+            least_requested(used + pod.nonzero.0, alloc.milli_cpu)
+        }),
+        ScoringStrategy::LeastMem => load.map_or(0, |(_, used)| {
+            least_requested(used + pod.nonzero.1, alloc.memory)
+        }),
         ScoringStrategy::RoundRobin | ScoringStrategy::Random => 0,
     }
 }
@@ -298,23 +320,31 @@ mod tests {
         let half = usage(1000, 2500, 1);
         use ScoringStrategy::*;
         // (75 + 75) / 2 and (50 + 50) / 2
-        assert_eq!(strategy_score(LeastAllocated, &p, &n, &empty), 75);
-        assert_eq!(strategy_score(LeastAllocated, &p, &n, &half), 50);
-        assert_eq!(strategy_score(MostAllocated, &p, &n, &empty), 25);
-        assert_eq!(strategy_score(MostAllocated, &p, &n, &half), 50);
+        assert_eq!(strategy_score(LeastAllocated, &p, &n, &empty, None), 75);
+        assert_eq!(strategy_score(LeastAllocated, &p, &n, &half, None), 50);
+        assert_eq!(strategy_score(MostAllocated, &p, &n, &empty, None), 25);
+        assert_eq!(strategy_score(MostAllocated, &p, &n, &half, None), 50);
         // Over capacity: least gives 0, most caps at 100.
         let full = usage(4000, 10000, 1);
-        assert_eq!(strategy_score(LeastAllocated, &p, &n, &full), 0);
-        assert_eq!(strategy_score(MostAllocated, &p, &n, &full), 100);
+        assert_eq!(strategy_score(LeastAllocated, &p, &n, &full, None), 0);
+        assert_eq!(strategy_score(MostAllocated, &p, &n, &full, None), 100);
         // Balanced: cpu 2000/4000 = 0.5, memory 2500/10000 = 0.25: 100 × (1 − 0.125).
         assert_eq!(
-            strategy_score(BalancedAllocation, &pod(1000, 0), &n, &half),
+            strategy_score(BalancedAllocation, &pod(1000, 0), &n, &half, None),
             87
         );
-        assert_eq!(strategy_score(BalancedAllocation, &p, &n, &half), 100);
-        assert_eq!(strategy_score(LeastPods, &p, &n, &empty), 90);
-        assert_eq!(strategy_score(LeastPods, &p, &n, &usage(0, 0, 4)), 50);
-        assert_eq!(strategy_score(RoundRobin, &p, &n, &empty), 0);
+        assert_eq!(strategy_score(BalancedAllocation, &p, &n, &half, None), 100);
+        assert_eq!(strategy_score(LeastPods, &p, &n, &empty, None), 90);
+        assert_eq!(strategy_score(LeastPods, &p, &n, &usage(0, 0, 4), None), 50);
+        assert_eq!(strategy_score(RoundRobin, &p, &n, &empty, None), 0);
+        // Load-aware: measured use plus the pod's request, whatever the requests say.
+        assert_eq!(strategy_score(LeastCpu, &p, &n, &full, Some((1000, 0))), 50);
+        assert_eq!(strategy_score(LeastMem, &p, &n, &full, Some((0, 5000))), 25);
+        assert_eq!(
+            strategy_score(LeastCpu, &p, &n, &empty, None),
+            0,
+            "never measured"
+        );
     }
 
     #[test]
