@@ -161,10 +161,16 @@ pub async fn observe(State(server): State<Arc<ApiServer>>, req: Request, next: N
                 .get::<UserExtra>()
                 .map(|e| e.0.clone())
                 .unwrap_or_default(),
+            warnings: Default::default(),
         });
     let run = next.run(req).instrument(span.clone());
     let resp = match caller {
-        Some(caller) => crate::admission::webhook::serve_as(caller, run).await,
+        Some(caller) => {
+            let warnings = caller.warnings.clone();
+            let resp = crate::admission::webhook::serve_as(caller, run).await;
+            let warnings = std::mem::take(&mut *warnings.lock().unwrap_or_else(|e| e.into_inner()));
+            super::codec::with_warnings(resp, &warnings)
+        }
         None => run.await,
     };
     let code = resp.status().as_u16().to_string();

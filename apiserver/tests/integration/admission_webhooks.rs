@@ -37,6 +37,9 @@ fn answer(path: &str, review: &Value) -> Value {
             let patch = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
             json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch})
         }
+        "/validate" if labels["warn"] == "yes" => json!({
+            "uid": uid, "allowed": true, "warnings": ["pods labelled warn are frowned upon"],
+        }),
         _ => json!({"uid": uid, "allowed": true}),
     };
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
@@ -137,6 +140,16 @@ async fn webhooks_refuse_and_patch_pods() {
     assert_eq!(
         refused["message"],
         "admission webhook \"deny.example.com\" denied the request: pods labelled deny are refused"
+    );
+
+    // Admitted with the webhook's warning, as a Warning header.
+    let r = server
+        .post(PODS, generated_pod("warned-", json!({"warn": "yes"})))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    assert_eq!(
+        warnings(&r),
+        ["299 - \"pods labelled warn are frowned upon\""]
     );
 
     // Admitted and patched by the mutating webhook.
@@ -365,13 +378,30 @@ async fn validating_admission_policy_bounds_replicas() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
-    eventually(
+    let r = eventually(
         Duration::from_secs(10),
         "the policy only warning",
         || async {
             let r = server.post(DEPLOYMENTS, deployment(9)).await;
-            (r.status == StatusCode::CREATED).then_some(())
+            (r.status == StatusCode::CREATED).then_some(r)
         },
     )
     .await;
+    let warned = warnings(&r);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].starts_with(
+            "299 - \"Validation failed for ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-binding': "
+        ),
+        "{warned:?}"
+    );
+}
+
+/// The `Warning` headers of a reply.
+fn warnings(r: &testkit::Reply) -> Vec<String> {
+    r.headers
+        .get_all(http::header::WARNING)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect()
 }

@@ -13,7 +13,7 @@ pub mod policy;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use base64::Engine;
@@ -35,11 +35,14 @@ use matching::Request;
 /// The group whose objects configure admission: never sent to webhooks.
 const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
 
-/// Who is writing, for the AdmissionReview's userInfo: set around each client request.
+/// Who is writing, for the AdmissionReview's userInfo, and the warnings admission has for
+/// them: set around each client request.
 #[derive(Clone, Debug)]
 pub struct Caller {
     pub user: UserInfo,
     pub extra: Extra,
+    /// Sent back as `Warning` headers (webhooks' warnings, policies' Warn actions).
+    pub warnings: Arc<Mutex<Vec<String>>>,
 }
 
 tokio::task_local! {
@@ -53,6 +56,20 @@ pub async fn serve_as<F: Future>(caller: Caller, f: F) -> F::Output {
 
 fn caller() -> Option<Caller> {
     CALLER.try_with(Caller::clone).ok()
+}
+
+/// Adds `message` to the warnings of the client's response, as upstream's
+/// `warning.AddWarning`; outside a client's request it is only logged.
+pub fn warn(message: String) {
+    let pushed = CALLER.try_with(|c| {
+        c.warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(message.clone())
+    });
+    if pushed.is_err() {
+        tracing::warn!(%message, "admission warning");
+    }
 }
 
 /// One webhook, mutating or validating, with its configuration's defaults applied.
@@ -262,6 +279,7 @@ struct Answer {
     allowed: bool,
     status: Option<Value>,
     patch: Option<json_patch::Patch>,
+    warnings: Vec<String>,
 }
 
 /// Checks a webhook's AdmissionReview answer (upstream's VerifyAdmissionResponse).
@@ -298,10 +316,21 @@ fn answer(body: &Value, uid: &str, mutating: bool) -> Result<Answer, String> {
             Some(serde_json::from_slice(&bytes).map_err(|e| format!("decoding the patch: {e}"))?)
         }
     };
+    let warnings = resp
+        .get("warnings")
+        .and_then(Value::as_array)
+        .map(|w| {
+            w.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Answer {
         allowed,
         status: resp.get("status").cloned(),
         patch,
+        warnings,
     })
 }
 
@@ -428,7 +457,12 @@ impl Webhooks {
         }
         .await;
         match result {
-            Ok(a) => Ok(Some(a)),
+            Ok(a) => {
+                for w in &a.warnings {
+                    warn(w.clone());
+                }
+                Ok(Some(a))
+            }
             Err(e) if hook.fail_closed => Err(ApiError::internal(format!(
                 "failed calling webhook {:?}: failed to call webhook: {e}",
                 hook.name

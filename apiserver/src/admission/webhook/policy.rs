@@ -1,8 +1,9 @@
 //! ValidatingAdmissionPolicies (upstream's ValidatingAdmissionPolicy plugin): validation
 //! written as CEL in the API instead of served by a webhook, so a rule needs no server to
 //! run and cannot be down. A policy applies through its bindings; each binding may narrow
-//! what it matches and says what a failed rule does (Deny refuses the write; Warn and
-//! Audit are only logged here). Policies run before validating webhooks, as upstream.
+//! what it matches and says what a failed rule does (Deny refuses the write; Warn returns
+//! a `Warning` header; Audit, with no audit log here, goes to the server's log). Policies
+//! run before validating webhooks, as upstream.
 
 use std::collections::BTreeMap;
 use std::sync::Weak;
@@ -213,7 +214,15 @@ pub async fn admit(
                         let reason = v.reason.as_deref().unwrap_or("Invalid");
                         return Err(refusal(reason, format!("{header}: {message}")));
                     }
-                    tracing::warn!(policy = policy_name, binding = binding_name, %message, "validation failed (Warn/Audit)");
+                    if actions.iter().any(|a| a == "Warn") {
+                        super::warn(format!(
+                            "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}': {message}"
+                        ));
+                    }
+                    if actions.iter().any(|a| a == "Audit") {
+                        // No audit log here to annotate: the server's log has it.
+                        tracing::info!(policy = policy_name, binding = binding_name, %message, "validation failed (Audit)");
+                    }
                     continue;
                 }
                 Ok(None) => format!(
@@ -224,6 +233,10 @@ pub async fn admit(
             };
             if deny {
                 fail(why)?;
+            } else if actions.iter().any(|a| a == "Warn") {
+                super::warn(format!(
+                    "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}': {why}"
+                ));
             }
         }
     }
