@@ -13,6 +13,7 @@ pub mod handlers;
 pub mod kubelet;
 pub mod metrics;
 pub mod pki;
+mod policy_params;
 pub mod protobuf;
 pub mod registry;
 pub mod serve;

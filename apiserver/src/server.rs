@@ -119,6 +119,13 @@ impl ApiServer {
             policies: crate::admission::webhook::policy::PolicySources {
                 policies: Arc::downgrade(&server.registry()),
                 bindings: Arc::downgrade(&server.registry()),
+                params: {
+                    let weak = Arc::downgrade(&server);
+                    let params: std::sync::Weak<
+                        dyn crate::admission::webhook::policy::ParamSource,
+                    > = weak;
+                    params
+                },
             },
         });
         server

@@ -334,19 +334,6 @@ async fn validating_admission_policy_bounds_replicas() {
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
-    let deployment = |replicas: i64| {
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"generateName": format!("web-{replicas}-")},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}},
-                             "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
-            },
-        })
-    };
-    const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
     let refused = eventually(Duration::from_secs(10), "the policy refusing", || async {
         let r = server.post(DEPLOYMENTS, deployment(10)).await;
         (r.status == StatusCode::UNPROCESSABLE_ENTITY).then(|| r.json())
@@ -397,6 +384,21 @@ async fn validating_admission_policy_bounds_replicas() {
     );
 }
 
+const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
+
+fn deployment(replicas: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"generateName": format!("web-{replicas}-")},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        },
+    })
+}
+
 /// The `Warning` headers of a reply.
 fn warnings(r: &testkit::Reply) -> Vec<String> {
     r.headers
@@ -404,4 +406,83 @@ fn warnings(r: &testkit::Reply) -> Vec<String> {
         .iter()
         .map(|v| v.to_str().unwrap().to_string())
         .collect()
+}
+
+#[tokio::test]
+async fn validating_admission_policy_reads_its_params() {
+    let server = InProcess::start(Backend::Sqlite).await.unwrap();
+    const POLICIES: &str = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies";
+    const BINDINGS: &str =
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings";
+    const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+    let r = server
+        .post(
+            POLICIES,
+            json!({
+                "metadata": {"name": "max-replicas"},
+                "spec": {
+                    "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                    "matchConstraints": {"resourceRules": [{
+                        "apiGroups": ["apps"], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["deployments"],
+                    }]},
+                    "validations": [{
+                        "expression": "object.spec.replicas <= int(params.data.max)",
+                        "messageExpression": "'at most ' + params.data.max + ' replicas'",
+                    }],
+                },
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    // The params are the ConfigMap `limits` of the written object's namespace.
+    let binding = |action: &str| {
+        json!({
+            "metadata": {"name": "max-replicas"},
+            "spec": {"policyName": "max-replicas", "validationActions": ["Deny"],
+                     "paramRef": {"name": "limits", "parameterNotFoundAction": action}},
+        })
+    };
+    let r = server.post(BINDINGS, binding("Deny")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let limits = json!({"metadata": {"name": "limits"}, "data": {"max": "3"}});
+    let r = server.post(CONFIGMAPS, limits).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let refused = eventually(Duration::from_secs(10), "the params read", || async {
+        let r = server.post(DEPLOYMENTS, deployment(4)).await;
+        (r.status == StatusCode::UNPROCESSABLE_ENTITY).then(|| r.json())
+    })
+    .await;
+    assert_eq!(
+        refused["message"],
+        "ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas' denied request: at most 3 replicas"
+    );
+    let r = server.post(DEPLOYMENTS, deployment(3)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    // Without its params the binding refuses (Deny), or lets the write through (Allow).
+    let r = server.delete(&format!("{CONFIGMAPS}/limits")).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
+    let r = server.post(DEPLOYMENTS, deployment(1)).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.json());
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("no params found for policy binding with `Deny` parameterNotFoundAction"),
+        "{:?}",
+        r.json()
+    );
+    let r = server
+        .put(&format!("{BINDINGS}/max-replicas"), {
+            let mut b = server.get(&format!("{BINDINGS}/max-replicas")).await.json();
+            b["spec"]["paramRef"]["parameterNotFoundAction"] = json!("Allow");
+            b
+        })
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
+    eventually(Duration::from_secs(10), "Allow applied", || async {
+        let r = server.post(DEPLOYMENTS, deployment(9)).await;
+        (r.status == StatusCode::CREATED).then_some(())
+    })
+    .await;
 }

@@ -23,6 +23,8 @@ use crate::registry::generic::GenericRegistry;
 pub struct PolicySources {
     pub policies: Weak<GenericRegistry<BuiltIn<ValidatingAdmissionPolicy>>>,
     pub bindings: Weak<GenericRegistry<BuiltIn<ValidatingAdmissionPolicyBinding>>>,
+    /// Where bindings' parameter objects are read (the server itself).
+    pub params: Weak<dyn ParamSource>,
 }
 
 /// A named rule without its resourceNames, for the shared rule matching.
@@ -172,33 +174,83 @@ pub async fn admit(
                 continue;
             }
         }
-        if spec.param_kind.is_some() {
-            // Parameter resources are not read here yet: a binding that needs them acts
-            // as upstream does when its parameters are missing.
-            if bspec
-                .param_ref
-                .as_ref()
-                .and_then(|p| p.parameter_not_found_action.as_deref())
-                == Some("Allow")
-            {
-                continue;
+        let params = match &spec.param_kind {
+            None => vec![Value::Null],
+            Some(kind) => {
+                let found = match &sources.params.upgrade() {
+                    Some(source) => {
+                        load_params(source.as_ref(), kind, bspec.param_ref.as_ref(), req).await
+                    }
+                    None => Err("the server is shutting down".to_string()),
+                };
+                match found {
+                    Ok(found) if !found.is_empty() => found,
+                    Ok(_) => {
+                        let action = bspec
+                            .param_ref
+                            .as_ref()
+                            .and_then(|p| p.parameter_not_found_action.as_deref());
+                        if action != Some("Allow") {
+                            fail("no params found for policy binding with `Deny` parameterNotFoundAction".into())?;
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        fail(e)?;
+                        continue;
+                    }
+                }
             }
-            fail("no params found for policy binding with `Deny` parameterNotFoundAction".into())?;
-            continue;
+        };
+        let binding = Bound {
+            policy,
+            binding,
+            header: &header,
+            fail: &fail,
+        };
+        for param in &params {
+            let mut all = base.to_vec();
+            all[3] = ("params", param);
+            binding.evaluate(&all)?;
         }
-        match matching::conditions_match(spec.match_conditions.as_ref(), &base) {
+    }
+    Ok(())
+}
+
+/// A policy as one binding applies it.
+struct Bound<'a> {
+    policy: &'a ValidatingAdmissionPolicy,
+    binding: &'a ValidatingAdmissionPolicyBinding,
+    header: &'a str,
+    fail: &'a dyn Fn(String) -> Result<(), ApiError>,
+}
+
+impl Bound<'_> {
+    /// The policy's match conditions, then its validations, against `base` (the request's
+    /// variables with one parameter object).
+    fn evaluate(&self, base: &[(&str, &Value)]) -> Result<(), ApiError> {
+        let (Some(spec), Some(bspec)) = (&self.policy.spec, &self.binding.spec) else {
+            return Ok(());
+        };
+        let policy_name = self.policy.metadata.name.as_deref().unwrap_or_default();
+        let binding_name = self.binding.metadata.name.as_deref().unwrap_or_default();
+        match matching::conditions_match(spec.match_conditions.as_ref(), base) {
             Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                fail(e)?;
-                continue;
-            }
+            Ok(false) => return Ok(()),
+            Err(e) => return (self.fail)(e),
         }
-        let vars = variables(policy, &base);
+        let vars = variables(self.policy, base);
         let mut all: Vec<(&str, &Value)> = base.to_vec();
         all.push(("variables", &vars));
         let actions = bspec.validation_actions.as_deref().unwrap_or_default();
         let deny = actions.iter().any(|a| a == "Deny");
+        let warn = |message: &str| {
+            if actions.iter().any(|a| a == "Warn") {
+                super::warn(format!(
+                    "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}': {message}"
+                ));
+            }
+        };
         for v in spec.validations.iter().flatten() {
             let why = match cel::evaluate_bool(&v.expression, &all) {
                 Ok(Some(true)) => continue,
@@ -212,13 +264,9 @@ pub async fn admit(
                         .unwrap_or_else(|| format!("failed expression: {}", v.expression));
                     if deny {
                         let reason = v.reason.as_deref().unwrap_or("Invalid");
-                        return Err(refusal(reason, format!("{header}: {message}")));
+                        return Err(refusal(reason, format!("{}: {message}", self.header)));
                     }
-                    if actions.iter().any(|a| a == "Warn") {
-                        super::warn(format!(
-                            "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}': {message}"
-                        ));
-                    }
+                    warn(&message);
                     if actions.iter().any(|a| a == "Audit") {
                         // No audit log here to annotate: the server's log has it.
                         tracing::info!(policy = policy_name, binding = binding_name, %message, "validation failed (Audit)");
@@ -232,13 +280,72 @@ pub async fn admit(
                 Err(e) => format!("expression '{}' resulted in error: {e}", v.expression),
             };
             if deny {
-                fail(why)?;
-            } else if actions.iter().any(|a| a == "Warn") {
-                super::warn(format!(
-                    "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}': {why}"
-                ));
+                (self.fail)(why)?;
+            } else {
+                warn(&why);
             }
         }
+        Ok(())
     }
-    Ok(())
+}
+
+/// Reads parameter objects of any kind, the server's own and custom resources alike.
+#[async_trait::async_trait]
+pub trait ParamSource: Send + Sync {
+    /// Whether `kind` of `api_version` is namespaced; an error when it is not served.
+    fn namespaced(&self, api_version: &str, kind: &str) -> Result<bool, String>;
+    /// The object `name`, or every object, of the kind in `namespace` (`None`: cluster-scoped).
+    async fn fetch(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<Vec<Value>, String>;
+}
+
+/// A binding's parameter objects, as upstream's policy dispatcher finds them: `paramRef.name`
+/// or its selector, in `paramRef.namespace` or, for a namespaced kind, the request's.
+async fn load_params(
+    source: &dyn ParamSource,
+    kind: &k8s_openapi::api::admissionregistration::v1::ParamKind,
+    param_ref: Option<&k8s_openapi::api::admissionregistration::v1::ParamRef>,
+    req: &Request<'_>,
+) -> Result<Vec<Value>, String> {
+    let Some(param_ref) = param_ref else {
+        return Err("policy binding does not specify paramRef".into());
+    };
+    let (api_version, kind_name) = (
+        kind.api_version.as_deref().unwrap_or_default(),
+        kind.kind.as_deref().unwrap_or_default(),
+    );
+    let namespaced = source.namespaced(api_version, kind_name).map_err(|e| {
+        format!("failed to find resource referenced by paramKind: '{api_version}, Kind={kind_name}': {e}")
+    })?;
+    let namespace = match (namespaced, param_ref.namespace.as_deref()) {
+        (false, _) => None,
+        (true, Some(ns)) if !ns.is_empty() => Some(ns),
+        (true, _) if req.namespace.is_empty() => {
+            return Err("cannot use namespaced paramRef in policy binding that matches cluster-scoped resources".into());
+        }
+        (true, _) => Some(req.namespace),
+    };
+    let name = param_ref.name.as_deref().filter(|n| !n.is_empty());
+    let objects = source
+        .fetch(api_version, kind_name, namespace, name)
+        .await?;
+    if name.is_some() {
+        return Ok(objects);
+    }
+    let selector =
+        minik8s_api::selector::Selector::from_label_selector(param_ref.selector.as_ref())
+            .map_err(|e| e.to_string())?;
+    Ok(objects
+        .into_iter()
+        .filter(|o| {
+            let labels: Option<BTreeMap<String, String>> =
+                serde_json::from_value(o["metadata"]["labels"].clone()).ok();
+            selector.matches(labels.as_ref())
+        })
+        .collect())
 }
