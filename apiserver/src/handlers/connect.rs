@@ -17,6 +17,7 @@ use minik8s_api::{ApiError, Target};
 use super::codec::status_response;
 use super::request::ResourceRequest;
 use crate::kubelet::{KubeletAddress, KubeletClient, is_upgrade, kubelet_address};
+use crate::registry::external::Operation;
 use crate::server::ApiServer;
 
 /// Whether the request is for a subresource the kubelet serves.
@@ -70,6 +71,42 @@ fn query(req: &Request) -> Vec<(String, String)> {
         .query()
         .and_then(|q| serde_urlencoded::from_str(q).ok())
         .unwrap_or_default()
+}
+
+/// The options object a CONNECT to a pod's `sub` carries for admission (upstream's
+/// PodExecOptions, PodAttachOptions, PodPortForwardOptions), from the query.
+fn connect_options(sub: &str, q: &[(String, String)]) -> (&'static str, serde_json::Value) {
+    let flag = |key: &str| matches!(param(q, key), Some("true" | "1"));
+    let all = |key: &str| -> Vec<&str> {
+        q.iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    let (kind, mut options) = match sub {
+        "portforward" => (
+            "PodPortForwardOptions",
+            serde_json::json!({"ports": all("ports").iter().filter_map(|p| p.parse::<u16>().ok()).collect::<Vec<_>>()}),
+        ),
+        _ => {
+            let kind = if sub == "exec" {
+                "PodExecOptions"
+            } else {
+                "PodAttachOptions"
+            };
+            let mut o = serde_json::json!({
+                "stdin": flag("stdin"), "stdout": flag("stdout"), "stderr": flag("stderr"),
+                "tty": flag("tty"), "container": param(q, "container").unwrap_or_default(),
+            });
+            if sub == "exec" {
+                o["command"] = serde_json::json!(all("command"));
+            }
+            (kind, o)
+        }
+    };
+    options["kind"] = kind.into();
+    options["apiVersion"] = "v1".into();
+    (kind, options)
 }
 
 fn param<'a>(q: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -382,8 +419,21 @@ async fn stream(
         .namespace
         .as_deref()
         .ok_or_else(ApiError::path_not_found)?;
-    let pod: Pod = server.registry::<Pod>().get(Some(ns), name).await?;
+    let pods = server.registry::<Pod>();
+    let pod: Pod = pods.get(Some(ns), name).await?;
     let q = query(&req);
+    let (kind, mut options) = connect_options(sub, &q);
+    pods.admit_subresource(
+        Operation::Connect,
+        Some(ns),
+        name,
+        sub,
+        ["", "v1", kind],
+        &mut options,
+        None,
+        false,
+    )
+    .await?;
     let container = if sub == "portforward" {
         None
     } else {
@@ -441,9 +491,24 @@ async fn node_proxy(
         ),
         None => None,
     };
+    let sub = r.subpath.clone().unwrap_or_default();
+    let mut options =
+        serde_json::json!({"kind": "NodeProxyOptions", "apiVersion": "v1", "path": sub});
+    server
+        .registry::<Node>()
+        .admit_subresource(
+            Operation::Connect,
+            None,
+            name,
+            "proxy",
+            ["", "v1", "NodeProxyOptions"],
+            &mut options,
+            None,
+            false,
+        )
+        .await?;
     let kubelet = client(server)?;
     let addr = node_address(server, name, port).await?;
-    let sub = r.subpath.clone().unwrap_or_default();
     let mut path = if sub.starts_with('/') {
         sub
     } else {

@@ -18,6 +18,7 @@ use minik8s_api::strategy::BuiltIn;
 use minik8s_api::{ApiError, Target, meta};
 
 use super::codec;
+use crate::registry::external::Operation;
 use crate::registry::generic::{DeleteOpts, GenericRegistry, ListQuery, Part};
 
 /// The cause type upstream gives a refused eviction (`policyv1.DisruptionBudgetCause`).
@@ -40,12 +41,24 @@ pub async fn evict(
     dry_run: bool,
 ) -> Result<(), ApiError> {
     let value = codec::parse_body(content_type, body, "Eviction")?;
-    let eviction: Eviction = codec::decode_object(value, "Eviction", "policy/v1", false)?;
+    let mut eviction: Eviction = codec::decode_object(value, "Eviction", "policy/v1", false)?;
     if eviction.metadata.name.as_deref() != Some(name) {
         return Err(ApiError::bad_request(
             "name in URL does not match name in Eviction object",
         ));
     }
+    let kind = ["policy", "v1", "Eviction"];
+    pods.admit_subresource(
+        Operation::Create,
+        Some(ns),
+        name,
+        "eviction",
+        kind,
+        &mut eviction,
+        None,
+        dry_run,
+    )
+    .await?;
     let options = eviction.delete_options.unwrap_or_default();
     let dry_run = dry_run || options.dry_run.as_ref().is_some_and(|d| !d.is_empty());
     let pod = pods.get(Some(ns), name).await?;

@@ -145,11 +145,11 @@ pub async fn observe(State(server): State<Arc<ApiServer>>, req: Request, next: N
         namespace = r.namespace.as_deref().unwrap_or(""),
         name = r.name.as_deref().unwrap_or(""),
     );
-    // Writes are admitted for their user (admission webhooks are told who writes).
+    // Writes and connects are admitted for their user (admission webhooks are told who).
     let writes = matches!(
         verb,
         Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection
-    );
+    ) || !timed;
     let caller = req
         .extensions()
         .get::<UserInfo>()

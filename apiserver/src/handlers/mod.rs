@@ -20,6 +20,7 @@ pub mod pods;
 pub mod render;
 pub mod request;
 pub mod resource;
+pub mod scale;
 pub mod serviceaccounts;
 
 use std::sync::Arc;

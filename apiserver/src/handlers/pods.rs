@@ -15,6 +15,7 @@ use super::codec::{self, json};
 use super::eviction::{self, Budgets};
 use super::request::Verb;
 use super::resource::{ApiRequest, Endpoint, Extension};
+use crate::registry::external::Operation;
 use crate::registry::generic::GenericRegistry;
 
 pub struct PodExtension {
@@ -66,7 +67,7 @@ fn decode_binding(req: &ApiRequest) -> Result<Binding, ApiError> {
 
 /// `pods/NAME/binding`.
 async fn bind(reg: &GenericRegistry<BuiltIn<Pod>>, req: &ApiRequest) -> Result<Response, ApiError> {
-    let binding = decode_binding(req)?;
+    let mut binding = decode_binding(req)?;
     let name = req.name();
     if binding.metadata.name.as_deref().is_some_and(|n| n != name) {
         return Err(ApiError::bad_request(format!(
@@ -74,7 +75,20 @@ async fn bind(reg: &GenericRegistry<BuiltIn<Pod>>, req: &ApiRequest) -> Result<R
             binding.metadata.name.clone().unwrap_or_default()
         )));
     }
-    assign(reg, req.namespace(), name, &binding, req.dry_run()?).await
+    let dry_run = req.dry_run()?;
+    let kind = ["", "v1", "Binding"];
+    reg.admit_subresource(
+        Operation::Create,
+        req.namespace(),
+        name,
+        "binding",
+        kind,
+        &mut binding,
+        None,
+        dry_run,
+    )
+    .await?;
+    assign(reg, req.namespace(), name, &binding, dry_run).await
 }
 
 /// Assigns a pod to a node once, and marks it scheduled.

@@ -10,8 +10,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, StatusCode, header};
-use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta};
 use minik8s_api::patch::schema::Schema;
 use minik8s_api::patch::{gozero, strategic};
 use minik8s_api::selector::{FieldSelector, Selector};
@@ -191,7 +190,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
     }
 
     /// The kind's types, built on first use.
-    fn types(&self) -> Arc<KindTypes> {
+    pub(super) fn types(&self) -> Arc<KindTypes> {
         self.types
             .get_or_init(|| Arc::new(KindTypes::build(self.info(), self.schema.as_ref())))
             .clone()
@@ -199,7 +198,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
 
     /// The manager a write by `req` is recorded for, after upstream's checks of
     /// `fieldManager` (a 422 about `options`).
-    fn manager(&self, req: &ApiRequest, options: &str) -> Result<String, ApiError> {
+    pub(super) fn manager(&self, req: &ApiRequest, options: &str) -> Result<String, ApiError> {
         fieldmanager::validate_field_manager(options, req.param("fieldManager"))?;
         let ua = req
             .headers
@@ -661,151 +660,6 @@ impl<S: Strategy> ResourceEndpoint<S> {
         );
         Ok(resp)
     }
-
-    fn to_scale(&self, obj: &S::Object) -> Result<Scale, ApiError> {
-        let view = self
-            .registry
-            .strategy
-            .scale(obj)
-            .ok_or_else(|| ApiError::internal("object has no scale"))?;
-        let meta = self.registry.strategy.meta(obj);
-        Ok(Scale {
-            metadata: ObjectMeta {
-                name: meta.name.clone(),
-                namespace: meta.namespace.clone(),
-                uid: meta.uid.clone(),
-                resource_version: meta.resource_version.clone(),
-                creation_timestamp: meta.creation_timestamp.clone(),
-                ..Default::default()
-            },
-            spec: Some(ScaleSpec {
-                replicas: Some(view.spec_replicas),
-            }),
-            status: Some(ScaleStatus {
-                replicas: view.status_replicas,
-                selector: view.selector,
-            }),
-        })
-    }
-
-    async fn scale(&self, req: &ApiRequest) -> Result<Response, ApiError> {
-        let reg = &self.registry;
-        let ns = req.namespace();
-        let name = req.name();
-        let scale_invalid = |replicas: i32| {
-            let err = FieldError::invalid(
-                &Path::new("spec").child("replicas"),
-                replicas,
-                "must be greater than or equal to 0",
-            );
-            ApiError::invalid("Scale", "autoscaling", name, &[err])
-        };
-        match req.target.verb {
-            Verb::Get => Ok(write(
-                req,
-                StatusCode::OK,
-                &self.to_scale(&reg.get(ns, name).await?)?,
-            )),
-            Verb::Update | Verb::Patch => self.scale_write(req, scale_invalid).await,
-            _ => Err(ApiError::method_not_supported(
-                reg.target(name),
-                req.target.verb.as_str(),
-            )),
-        }
-    }
-
-    async fn scale_write(
-        &self,
-        req: &ApiRequest,
-        scale_invalid: impl Fn(i32) -> ApiError,
-    ) -> Result<Response, ApiError> {
-        let reg = &self.registry;
-        let ns = req.namespace();
-        let name = req.name();
-        let options = if req.target.verb == Verb::Update {
-            "UpdateOptions"
-        } else {
-            "PatchOptions"
-        };
-        let manager = self.manager(req, options)?;
-        let types = self.types();
-        let fm = fieldmanager::field_manager(&types, Part::Main, "scale");
-        let track = |new: &mut S::Object, live: &S::Object| {
-            fieldmanager::track_update(reg.strategy.as_ref(), &fm, &manager, new, Some(live))
-        };
-        match req.target.verb {
-            Verb::Update => {
-                let value = codec::parse_body(req.content_type(), &req.body, "Scale")?;
-                let scale: Scale = codec::decode_object(value, "Scale", "autoscaling/v1", false)?;
-                let replicas = scale.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
-                if replicas < 0 {
-                    return Err(scale_invalid(replicas));
-                }
-                let precondition = match scale
-                    .metadata
-                    .resource_version
-                    .as_deref()
-                    .filter(|rv| !rv.is_empty())
-                {
-                    Some(rv) => Some(rv.parse().map_err(|_| {
-                        ApiError::bad_request(format!("invalid resource version: {rv}"))
-                    })?),
-                    None => None,
-                };
-                let (obj, _) = reg
-                    .guaranteed_update(ns, name, precondition, req.dry_run()?, |current| {
-                        let mut new = current.clone();
-                        reg.strategy.set_replicas(&mut new, replicas);
-                        reg.before_update(&mut new, &current, Part::Main)?;
-                        track(&mut new, &current);
-                        Ok(new)
-                    })
-                    .await?;
-                Ok(write(req, StatusCode::OK, &self.to_scale(&obj)?))
-            }
-            Verb::Patch => {
-                let patch = Patch::parse(req)?;
-                if matches!(patch, Patch::Apply(_)) {
-                    return Err(ApiError::unsupported_media_type(
-                        PATCH_TYPES[3],
-                        &PATCH_TYPES[..3],
-                    ));
-                }
-                let deduced = Schema::deduced();
-                let (obj, _) = reg
-                    .guaranteed_update(ns, name, None, req.dry_run()?, |current| {
-                        let scale = self.to_scale(&current)?;
-                        let doc = serde_json::to_value(&scale).map_err(ApiError::internal)?;
-                        let patched: Scale = serde_json::from_value(patch.apply(doc, &deduced)?)
-                            .map_err(|e| {
-                                ApiError::bad_request(format!(
-                                    "the patched object is not a valid Scale: {e}"
-                                ))
-                            })?;
-                        if patched.metadata.resource_version.is_some()
-                            && patched.metadata.resource_version != scale.metadata.resource_version
-                        {
-                            return Err(ApiError::stale(reg.target(name)));
-                        }
-                        let replicas = patched.spec.and_then(|s| s.replicas).unwrap_or(0);
-                        if replicas < 0 {
-                            return Err(scale_invalid(replicas));
-                        }
-                        let mut new = current.clone();
-                        reg.strategy.set_replicas(&mut new, replicas);
-                        reg.before_update(&mut new, &current, Part::Main)?;
-                        track(&mut new, &current);
-                        Ok(new)
-                    })
-                    .await?;
-                Ok(write(req, StatusCode::OK, &self.to_scale(&obj)?))
-            }
-            _ => Err(ApiError::method_not_supported(
-                reg.target(name),
-                req.target.verb.as_str(),
-            )),
-        }
-    }
 }
 
 #[async_trait]
@@ -825,7 +679,7 @@ impl<S: Strategy> Endpoint for ResourceEndpoint<S> {
 }
 
 /// A write's response: protobuf for clients that take only protobuf, else JSON.
-fn write<T: serde::Serialize>(req: &ApiRequest, code: StatusCode, obj: &T) -> Response {
+pub(super) fn write<T: serde::Serialize>(req: &ApiRequest, code: StatusCode, obj: &T) -> Response {
     render::write_response(&req.headers, code, obj)
 }
 
@@ -957,7 +811,7 @@ pub enum Patch {
     Apply(serde_json::Value),
 }
 
-const PATCH_TYPES: &[&str] = &[
+pub(super) const PATCH_TYPES: &[&str] = &[
     "application/json-patch+json",
     "application/merge-patch+json",
     "application/strategic-merge-patch+json",

@@ -18,6 +18,7 @@ use super::render;
 use super::request::Verb;
 use super::resource::{ApiRequest, Extension};
 use crate::auth::Authenticator;
+use crate::registry::external::Operation;
 use crate::registry::generic::GenericRegistry;
 use crate::serviceaccount::{self, Binding};
 
@@ -112,6 +113,18 @@ impl ServiceAccountExtension {
         let name = req.name();
         let ns = req.namespace();
         let sa = reg.get(ns, name).await?;
+        let kind = ["authentication.k8s.io", "v1", "TokenRequest"];
+        reg.admit_subresource(
+            Operation::Create,
+            ns,
+            name,
+            "token",
+            kind,
+            &mut tr,
+            None,
+            false,
+        )
+        .await?;
         let mut bound = Binding::default();
         if let Some(r) = &tr.spec.bound_object_ref {
             let kind = r.kind.as_deref().unwrap_or_default();

@@ -20,6 +20,7 @@ pub enum Operation {
     Create,
     Update,
     Delete,
+    Connect,
 }
 
 impl Operation {
@@ -28,6 +29,7 @@ impl Operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
             Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
         }
     }
 }
@@ -41,6 +43,9 @@ pub struct Attributes<'a> {
     pub name: &'a str,
     /// `status` for writes of the status subresource.
     pub subresource: Option<&'a str>,
+    /// The group, version and kind of the object when it is not the resource's own (a
+    /// subresource's Scale, Eviction, Binding, TokenRequest, a CONNECT's options).
+    pub kind: Option<[&'a str; 3]>,
     /// The stored object an update or delete replaces.
     pub old: Option<&'a Value>,
     pub dry_run: bool,
@@ -97,9 +102,62 @@ impl<S: Strategy> GenericRegistry<S> {
             namespace: meta.namespace.as_deref(),
             name: meta.name.as_deref().unwrap_or_default(),
             subresource: part.subresource(),
+            kind: None,
             old,
             dry_run,
         }
+    }
+
+    /// Whether external admission has anything to do for this resource now.
+    pub async fn admits_externally(&self) -> bool {
+        self.active_external().await.is_some()
+    }
+
+    /// External admission of a request to a subresource whose object is not the resource's
+    /// own (`kind`: a Scale, an Eviction, a Binding, a TokenRequest, a CONNECT's options):
+    /// mutating, then validating, `object` as the client sent it; `old` is what an update
+    /// replaces.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn admit_subresource<T>(
+        &self,
+        operation: Operation,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: &str,
+        kind: [&str; 3],
+        object: &mut T,
+        old: Option<&T>,
+        dry_run: bool,
+    ) -> Result<(), ApiError>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let Some(ext) = self.active_external().await else {
+            return Ok(());
+        };
+        let old = old.map(to_json).transpose()?;
+        let attrs = Attributes {
+            operation,
+            info: self.strategy.info(),
+            namespace,
+            name,
+            subresource: Some(subresource),
+            kind: Some(kind),
+            old: old.as_ref(),
+            dry_run,
+        };
+        let before = to_json(object)?;
+        let mut json = before.clone();
+        ext.mutate(&attrs, &mut json).await?;
+        if json != before {
+            *object = serde_json::from_value(json.clone()).map_err(|e| {
+                E::internal(format!(
+                    "the object mutated by admission webhooks is not a valid {}: {e}",
+                    kind[2]
+                ))
+            })?;
+        }
+        ext.validate(&attrs, Some(&json)).await
     }
 
     /// Runs external mutating admission on `obj` (`old` on updates); `Ok(true)` when it

@@ -37,6 +37,15 @@ fn answer(path: &str, review: &Value) -> Value {
             let patch = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
             json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch})
         }
+        "/validate-sub"
+            if req["object"]["kind"] == "Scale"
+                && req["object"]["spec"]["replicas"].as_i64() > Some(5) =>
+        {
+            json!({
+                "uid": uid, "allowed": false,
+                "status": {"code": 403, "reason": "Forbidden", "message": "at most 5 replicas"},
+            })
+        }
         "/validate" if labels["warn"] == "yes" => json!({
             "uid": uid, "allowed": true, "warnings": ["pods labelled warn are frowned upon"],
         }),
@@ -485,4 +494,110 @@ async fn validating_admission_policy_reads_its_params() {
         (r.status == StatusCode::CREATED).then_some(())
     })
     .await;
+}
+
+/// Subresources whose objects are not the resource's own, and CONNECT, meet webhooks with
+/// their own kinds: a Scale (update and patch), an Eviction, a CONNECT's PodExecOptions.
+#[tokio::test]
+async fn webhooks_see_subresources_and_connects() {
+    let server = InProcess::start(Backend::Sqlite).await.unwrap();
+    let seen: Seen = Default::default();
+    let (addr, ca, _server) = start_webhook(seen.clone()).await;
+    let mut hook = webhook(
+        "sub.example.com",
+        &format!("https://{addr}/validate-sub"),
+        &ca,
+        "Fail",
+        "None",
+    );
+    hook["rules"] = json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"],
+        "resources": ["deployments/scale", "pods/eviction", "pods/exec"]}]);
+    let r = server
+        .post(
+            VWC,
+            json!({"metadata": {"name": "subresources"}, "webhooks": [hook]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let r = server.post(DEPLOYMENTS, deployment(1)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let scale = format!(
+        "{DEPLOYMENTS}/{}/scale",
+        r.json()["metadata"]["name"].as_str().unwrap()
+    );
+
+    let refused = eventually(
+        Duration::from_secs(10),
+        "the webhook refusing a Scale",
+        || async {
+            let r = server
+                .patch(
+                    &scale,
+                    "application/merge-patch+json",
+                    json!({"spec": {"replicas": 9}}),
+                )
+                .await;
+            (r.status == StatusCode::FORBIDDEN).then(|| r.json())
+        },
+    )
+    .await;
+    assert_eq!(
+        refused["message"],
+        "admission webhook \"sub.example.com\" denied the request: at most 5 replicas"
+    );
+    let mut whole = server.get(&scale).await.json();
+    whole["spec"]["replicas"] = json!(7);
+    assert_eq!(
+        server.put(&scale, whole.clone()).await.status,
+        StatusCode::FORBIDDEN
+    );
+    whole["spec"]["replicas"] = json!(3);
+    let r = server.put(&scale, whole).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
+    assert_eq!(server.get(&scale).await.json()["spec"]["replicas"], 3);
+
+    let r = server.post(PODS, pod("target", json!({}))).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                          "metadata": {"name": "target", "namespace": "default"}});
+    let r = server
+        .post(&format!("{PODS}/target/eviction"), eviction)
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let r = server.post(PODS, pod("shell", json!({}))).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    // No kubelet here: the exec fails after admission saw it.
+    let r = server
+        .get(&format!(
+            "{PODS}/shell/exec?command=sh&command=-c&stdout=true&container=c"
+        ))
+        .await;
+    assert_ne!(r.status, StatusCode::OK);
+
+    let reviews = seen.lock().unwrap().clone();
+    let of = |sub: &str, op: &str| {
+        reviews
+            .iter()
+            .find(|(p, r)| p == "/validate-sub" && r["subResource"] == sub && r["operation"] == op)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| panic!("no {op} review of {sub} in {reviews:?}"))
+    };
+    let scale_review = of("scale", "UPDATE");
+    assert_eq!(
+        scale_review["kind"],
+        json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+    );
+    assert_eq!(
+        scale_review["resource"],
+        json!({"group": "apps", "version": "v1", "resource": "deployments"})
+    );
+    assert_eq!(scale_review["oldObject"]["spec"]["replicas"], 1);
+    let eviction_review = of("eviction", "CREATE");
+    assert_eq!(eviction_review["kind"]["kind"], "Eviction");
+    assert_eq!(eviction_review["object"]["metadata"]["name"], "target");
+    let exec_review = of("exec", "CONNECT");
+    assert_eq!(exec_review["kind"]["kind"], "PodExecOptions");
+    assert_eq!(exec_review["object"]["command"], json!(["sh", "-c"]));
+    assert_eq!(exec_review["name"], "shell");
+    assert!(exec_review["options"].is_null());
 }

@@ -231,12 +231,16 @@ fn admission_request(
     uid: &str,
 ) -> Value {
     let info = attrs.info;
-    let kind = json!({"group": info.group, "version": info.version, "kind": info.kind});
+    let kind = match attrs.kind {
+        Some([group, version, kind]) => json!({"group": group, "version": version, "kind": kind}),
+        None => json!({"group": info.group, "version": info.version, "kind": info.kind}),
+    };
     let resource = json!({"group": info.group, "version": info.version, "resource": info.plural});
     let options = match attrs.operation.as_str() {
-        "CREATE" => "CreateOptions",
-        "UPDATE" => "UpdateOptions",
-        _ => "DeleteOptions",
+        "CREATE" => Some("CreateOptions"),
+        "UPDATE" => Some("UpdateOptions"),
+        "DELETE" => Some("DeleteOptions"),
+        _ => None,
     };
     let mut request = json!({
         "uid": uid,
@@ -252,7 +256,7 @@ fn admission_request(
         "object": object.cloned().unwrap_or(Value::Null),
         "oldObject": attrs.old.cloned().unwrap_or(Value::Null),
         "dryRun": attrs.dry_run,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": options},
+        "options": options.map_or(Value::Null, |o| json!({"apiVersion": "meta.k8s.io/v1", "kind": o})),
     });
     let r = request.as_object_mut().expect("object");
     if !caller.user.uid.is_empty() {
