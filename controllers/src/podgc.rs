@@ -16,7 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
@@ -113,28 +113,12 @@ async fn fail_and_delete(
     condition: Option<PodCondition>,
 ) -> Result<(), kube::Error> {
     if !is_terminal(pod) {
-        let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
         let mut status = serde_json::json!({"phase": "Failed"});
         if let Some(c) = condition {
             status["conditions"] = serde_json::json!([c]);
         }
-        let patch = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"uid": pod.uid()},
-            "status": status,
-        });
-        match api
-            .patch_status(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return Ok(()),
-            Err(e) => return Err(e),
+        if !crate::util::pods::patch_own_status(client, pod, status).await? {
+            return Ok(());
         }
     }
     force_delete(client, pod).await

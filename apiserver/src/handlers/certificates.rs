@@ -10,7 +10,7 @@ use minik8s_api::ApiError;
 use minik8s_api::kinds::certificates::apply_approval;
 use minik8s_api::strategy::{BuiltIn, Kind};
 
-use super::codec::{self, json};
+use super::codec::json;
 use super::request::Verb;
 use super::resource::{ApiRequest, Extension};
 use crate::registry::generic::GenericRegistry;
@@ -45,28 +45,9 @@ async fn approval(
     req: &ApiRequest,
 ) -> Result<Response, ApiError> {
     const KIND: &str = "CertificateSigningRequest";
-    let value = codec::parse_body(req.content_type(), &req.body, KIND)?;
-    let body: CertificateSigningRequest =
-        codec::decode_object(value, KIND, "certificates.k8s.io/v1", false)?;
+    let (body, precondition): (CertificateSigningRequest, _) =
+        req.named_body(KIND, "certificates.k8s.io/v1")?;
     let name = req.name();
-    if body.metadata.name.as_deref() != Some(name) {
-        return Err(ApiError::bad_request(format!(
-            "the name of the object ({}) does not match the name on the URL ({name})",
-            body.metadata.name.clone().unwrap_or_default()
-        )));
-    }
-    let precondition = match body
-        .metadata
-        .resource_version
-        .as_deref()
-        .filter(|rv| !rv.is_empty())
-    {
-        Some(rv) => Some(
-            rv.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?,
-        ),
-        None => None,
-    };
     let (csr, _) = reg
         .guaranteed_update(None, name, precondition, req.dry_run()?, |current| {
             let mut new = current.clone();

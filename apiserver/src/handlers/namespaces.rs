@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use minik8s_api::ApiError;
 use minik8s_api::strategy::BuiltIn;
 
-use super::codec::{self, json};
+use super::codec::json;
 use super::request::Verb;
 use super::resource::{ApiRequest, Extension};
 use crate::registry::generic::GenericRegistry;
@@ -33,27 +33,8 @@ async fn finalize(
     reg: &GenericRegistry<BuiltIn<Namespace>>,
     req: &ApiRequest,
 ) -> Result<Response, ApiError> {
-    let value = codec::parse_body(req.content_type(), &req.body, "Namespace")?;
-    let body: Namespace = codec::decode_object(value, "Namespace", "v1", false)?;
+    let (body, precondition): (Namespace, _) = req.named_body("Namespace", "v1")?;
     let name = req.name();
-    if body.metadata.name.as_deref() != Some(name) {
-        return Err(ApiError::bad_request(format!(
-            "the name of the object ({}) does not match the name on the URL ({name})",
-            body.metadata.name.clone().unwrap_or_default()
-        )));
-    }
-    let precondition = match body
-        .metadata
-        .resource_version
-        .as_deref()
-        .filter(|rv| !rv.is_empty())
-    {
-        Some(rv) => Some(
-            rv.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?,
-        ),
-        None => None,
-    };
     let finalizers = body.spec.as_ref().and_then(|s| s.finalizers.clone());
     let (ns, _) = reg
         .guaranteed_update(None, name, precondition, req.dry_run()?, |current| {

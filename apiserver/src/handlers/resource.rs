@@ -10,7 +10,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, StatusCode, header};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta, ObjectMeta};
 use minik8s_api::patch::schema::Schema;
 use minik8s_api::patch::{gozero, strategic};
 use minik8s_api::selector::{FieldSelector, Selector};
@@ -81,6 +81,40 @@ impl ApiRequest {
             .map(|(_, v)| v.as_str())
             .collect();
         dry_run(&values, &self.target.verb)
+    }
+
+    /// The object sent to a named subresource (`kind` of `api_version`): its name must be
+    /// the URL's, and its resourceVersion, when it has one, is the write's precondition.
+    pub fn named_body<T>(
+        &self,
+        kind: &str,
+        api_version: &str,
+    ) -> Result<(T, Option<crate::storage::Revision>), ApiError>
+    where
+        T: serde::de::DeserializeOwned + k8s_openapi::Metadata<Ty = ObjectMeta>,
+    {
+        let value = codec::parse_body(self.content_type(), &self.body, kind)?;
+        let body: T = codec::decode_object(value, kind, api_version, false)?;
+        let name = self.name();
+        if body.metadata().name.as_deref() != Some(name) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                body.metadata().name.clone().unwrap_or_default()
+            )));
+        }
+        let precondition = precondition(body.metadata())?;
+        Ok((body, precondition))
+    }
+}
+
+/// The resourceVersion an object sent whole names, as the precondition of its write.
+pub fn precondition(meta: &ObjectMeta) -> Result<Option<crate::storage::Revision>, ApiError> {
+    match meta.resource_version.as_deref().filter(|rv| !rv.is_empty()) {
+        Some(rv) => rv
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}"))),
+        None => Ok(None),
     }
 }
 

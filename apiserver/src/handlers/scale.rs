@@ -146,15 +146,8 @@ impl<S: Strategy> ResourceEndpoint<S> {
                 )?)
             }
         };
-        if let Some(rv) = sent
-            .as_ref()
-            .and_then(|s| s.metadata.resource_version.as_deref())
-            .filter(|rv| !rv.is_empty())
-        {
-            precondition =
-                Some(rv.parse().map_err(|_| {
-                    ApiError::bad_request(format!("invalid resource version: {rv}"))
-                })?);
+        if let Some(scale) = &sent {
+            precondition = super::resource::precondition(&scale.metadata)?;
         }
         // With webhooks or policies to meet, the Scale is admitted once, against the object
         // read now, which the write must then still find.

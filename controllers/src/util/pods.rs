@@ -15,14 +15,13 @@ pub fn phase(pod: &Pod) -> &str {
         .unwrap_or("")
 }
 
-/// Upstream's addConditionAndDeletePod: `condition` (a DisruptionTarget) says why, then the
-/// pod is deleted gracefully; the UID precondition spares a new pod of the same name, and a
-/// pod already gone is not an error.
-pub async fn add_condition_and_delete(
+/// Patches the status of this very pod (a strategic merge patch, its UID as precondition);
+/// `Ok(false)` when the pod is gone or another pod has its name now.
+pub async fn patch_own_status(
     client: &kube::Client,
     pod: &Pod,
-    condition: PodCondition,
-) -> Result<(), kube::Error> {
+    status: serde_json::Value,
+) -> Result<bool, kube::Error> {
     use kube::ResourceExt;
     use kube::api::{Api, Patch, PatchParams};
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
@@ -30,9 +29,8 @@ pub async fn add_condition_and_delete(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"uid": pod.uid()},
-        "status": {"conditions": [condition]},
+        "status": status,
     });
-    // A strategic merge patch merges the condition by type into the others.
     match api
         .patch_status(
             &pod.name_any(),
@@ -41,9 +39,24 @@ pub async fn add_condition_and_delete(
         )
         .await
     {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-        Err(e) => return Err(e),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Upstream's addConditionAndDeletePod: `condition` (a DisruptionTarget) says why, then the
+/// pod is deleted gracefully; the UID precondition spares a new pod of the same name, and a
+/// pod already gone is not an error.
+pub async fn add_condition_and_delete(
+    client: &kube::Client,
+    pod: &Pod,
+    condition: PodCondition,
+) -> Result<(), kube::Error> {
+    // A strategic merge patch merges the condition by type into the others.
+    let status = serde_json::json!({"conditions": [condition]});
+    if !patch_own_status(client, pod, status).await? {
+        return Ok(());
     }
     delete_exactly(client, pod, None).await
 }

@@ -114,23 +114,54 @@ async fn status_becomes(
     .await
 }
 
-#[tokio::test]
-async fn budgets_follow_pod_readiness_and_controller_scale() -> anyhow::Result<()> {
+/// An API server with the ReplicaSet `web` owning `n` ready pods, and the disruption
+/// controller running against it.
+struct Setup {
+    _api: InProcess,
+    client: Client,
+    pp: PostParams,
+    sets: Api<ReplicaSet>,
+    pods: Api<Pod>,
+    budgets: Api<PodDisruptionBudget>,
+    controller: tokio::task::JoinHandle<()>,
+}
+
+async fn web_of_ready_pods(n: i32) -> anyhow::Result<Setup> {
     testkit::init_tracing();
     let api = InProcess::start(Backend::Sqlite).await?;
     let client: Client = api.client();
     let pp = PostParams::default();
     let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-
-    let rs = sets.create(&pp, &replica_set("web", 3)).await?;
-    for i in 0..3 {
+    let rs = sets.create(&pp, &replica_set("web", n)).await?;
+    for i in 0..n {
         let name = format!("web-{i}");
         pods.create(&pp, &owned_pod(&name, &rs)).await?;
         set_ready(&pods, &name, true).await?;
     }
     let controller = tokio::spawn(disruption::run(Informers::new(client.clone())));
+    Ok(Setup {
+        _api: api,
+        budgets: Api::namespaced(client.clone(), "default"),
+        client,
+        pp,
+        sets,
+        pods,
+        controller,
+    })
+}
+
+#[tokio::test]
+async fn budgets_follow_pod_readiness_and_controller_scale() -> anyhow::Result<()> {
+    let Setup {
+        _api,
+        client,
+        pp,
+        sets,
+        pods,
+        budgets,
+        controller,
+    } = web_of_ready_pods(3).await?;
 
     // minAvailable 2 of 3 ready pods: one disruption allowed.
     budgets
@@ -212,20 +243,15 @@ async fn budgets_follow_pod_readiness_and_controller_scale() -> anyhow::Result<(
 
 #[tokio::test]
 async fn evictions_in_flight_and_budgets_it_cannot_compute() -> anyhow::Result<()> {
-    testkit::init_tracing();
-    let api = InProcess::start(Backend::Sqlite).await?;
-    let client: Client = api.client();
-    let pp = PostParams::default();
-    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-    let rs = sets.create(&pp, &replica_set("web", 2)).await?;
-    for i in 0..2 {
-        let name = format!("web-{i}");
-        pods.create(&pp, &owned_pod(&name, &rs)).await?;
-        set_ready(&pods, &name, true).await?;
-    }
-    let controller = tokio::spawn(disruption::run(Informers::new(client.clone())));
+    let Setup {
+        _api,
+        client,
+        pp,
+        sets: _,
+        pods,
+        budgets,
+        controller,
+    } = web_of_ready_pods(2).await?;
     budgets
         .create(
             &pp,

@@ -5,7 +5,7 @@ use minik8s_controllers::informers::Informers;
 
 use std::collections::HashSet;
 
-use common::{Cluster, WAIT, event_reasons, live, owned_by, ready};
+use common::{Cluster, WAIT, event_reasons, settled};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -37,27 +37,6 @@ async fn scale(sets: &Api<ReplicaSet>, name: &str, replicas: i32) {
     )
     .await
     .unwrap();
-}
-
-/// Waits until the ReplicaSet owns exactly `n` live pods, all Ready, and its status says so
-/// for its latest generation.
-async fn settled(sets: &Api<ReplicaSet>, pods: &Api<Pod>, name: &str, n: usize) -> Vec<Pod> {
-    eventually(WAIT, &format!("{name} settled at {n}"), || async {
-        let rs = sets.get(name).await.ok()?;
-        let all = pods.list(&Default::default()).await.ok()?.items;
-        let owned: Vec<Pod> = owned_by(&all, &rs).into_iter().cloned().collect();
-        let status = rs.status.clone()?;
-        let ok = owned.len() == n
-            && live(&owned).len() == n
-            && owned.iter().all(ready)
-            && status.replicas == n as i32
-            && status.ready_replicas == Some(n as i32)
-            && status.available_replicas == Some(n as i32)
-            && status.fully_labeled_replicas == Some(n as i32)
-            && status.observed_generation == rs.metadata.generation;
-        ok.then_some(owned)
-    })
-    .await
 }
 
 #[tokio::test]

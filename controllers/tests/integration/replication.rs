@@ -4,7 +4,7 @@ use crate::common;
 
 use std::collections::HashSet;
 
-use common::{Cluster, WAIT, event_reasons, live, ready};
+use common::{Cluster, WAIT, event_reasons, settled};
 use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -26,38 +26,6 @@ fn rc(name: &str, app: &str, replicas: i32) -> ReplicationController {
         },
     }))
     .unwrap()
-}
-
-fn owned_by<'a>(pods: &'a [Pod], rc: &ReplicationController) -> Vec<&'a Pod> {
-    pods.iter()
-        .filter(|p| controller_of(*p).is_some_and(|o| Some(&o.uid) == rc.metadata.uid.as_ref()))
-        .collect()
-}
-
-/// Waits until the ReplicationController owns exactly `n` live pods, all Ready, and its status
-/// says so for its latest generation.
-async fn settled(
-    rcs: &Api<ReplicationController>,
-    pods: &Api<Pod>,
-    name: &str,
-    n: usize,
-) -> Vec<Pod> {
-    eventually(WAIT, &format!("{name} settled at {n}"), || async {
-        let rc = rcs.get(name).await.ok()?;
-        let all = pods.list(&Default::default()).await.ok()?.items;
-        let owned: Vec<Pod> = owned_by(&all, &rc).into_iter().cloned().collect();
-        let status = rc.status.clone()?;
-        let ok = owned.len() == n
-            && live(&owned).len() == n
-            && owned.iter().all(ready)
-            && status.replicas == n as i32
-            && status.ready_replicas == Some(n as i32)
-            && status.available_replicas == Some(n as i32)
-            && status.fully_labeled_replicas == Some(n as i32)
-            && status.observed_generation == rc.metadata.generation;
-        ok.then_some(owned)
-    })
-    .await
 }
 
 #[tokio::test]

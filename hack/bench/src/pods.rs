@@ -365,7 +365,7 @@ async fn raw_pod(
         },
     );
     container.labels.remove(keys::POD_UID);
-    let id = runtime.run_pod_sandbox(sandbox.clone()).await?;
+    let id = runtime.run_pod_sandbox(sandbox.clone(), "").await?;
     let cid = runtime.create_container(&id, container, sandbox).await?;
     runtime.start_container(&cid).await?;
     Ok((since.elapsed(), id))

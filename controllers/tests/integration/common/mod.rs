@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
@@ -76,14 +75,45 @@ pub fn ready(p: &Pod) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-pub fn owned_by<'a>(pods: &'a [Pod], rs: &ReplicaSet) -> Vec<&'a Pod> {
+pub fn owned_by<'a, K: kube::Resource>(pods: &'a [Pod], owner: &K) -> Vec<&'a Pod> {
     pods.iter()
         .filter(|p| {
             p.owner_references()
                 .iter()
-                .any(|o| o.controller == Some(true) && Some(&o.uid) == rs.metadata.uid.as_ref())
+                .any(|o| o.controller == Some(true) && Some(&o.uid) == owner.meta().uid.as_ref())
         })
         .collect()
+}
+
+/// Waits until the replica controller `name` (a ReplicaSet or a ReplicationController, whose
+/// statuses share their fields) owns exactly `n` live pods, all Ready, and its status says so
+/// for its latest generation.
+pub async fn settled<K>(owners: &Api<K>, pods: &Api<Pod>, name: &str, n: usize) -> Vec<Pod>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    testkit::eventually(WAIT, &format!("{name} settled at {n}"), || async {
+        let owner = owners.get(name).await.ok()?;
+        let all = pods.list(&Default::default()).await.ok()?.items;
+        let owned: Vec<Pod> = owned_by(&all, &owner).into_iter().cloned().collect();
+        let object = serde_json::to_value(&owner).ok()?;
+        let status = &object["status"];
+        let count = n as i64;
+        let ok = owned.len() == n
+            && live(&owned).len() == n
+            && owned.iter().all(ready)
+            && [
+                "replicas",
+                "readyReplicas",
+                "availableReplicas",
+                "fullyLabeledReplicas",
+            ]
+            .iter()
+            .all(|field| status[field] == count)
+            && status["observedGeneration"] == object["metadata"]["generation"];
+        ok.then_some(owned)
+    })
+    .await
 }
 
 /// Reasons of the events about `name` from `reporter`.
