@@ -217,6 +217,14 @@ impl Quantity {
         self.format
     }
 
+    /// Upstream's `Sub`: exact, printed as [`Quantity::add`] prints.
+    pub fn sub(&self, other: &Quantity) -> Option<Quantity> {
+        self.add(&Quantity {
+            mantissa: other.mantissa.checked_neg()?,
+            ..*other
+        })
+    }
+
     /// Upstream's `Add`: exact, printed in this quantity's format unless this one is zero.
     pub fn add(&self, other: &Quantity) -> Option<Quantity> {
         let scale = self.scale.min(other.scale);

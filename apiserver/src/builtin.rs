@@ -78,7 +78,10 @@ fn counted<K: Kind + Counted>(
         return registry;
     }
     let quotas = server.registry::<ResourceQuota>();
-    registry.with_admission(Arc::new(QuotaAdmission::<K>::new(quotas)))
+    let plugin = Arc::new(QuotaAdmission::<K>::new(quotas));
+    registry
+        .with_admission(plugin.clone())
+        .with_update_admission(plugin)
 }
 
 /// Serves `K`, counted by quotas, with the generic verbs only.
@@ -138,7 +141,10 @@ fn claims(server: &ApiServer) -> GenericRegistry<BuiltIn<PersistentVolumeClaim>>
         return counted(server, claims);
     }
     let ranges = server.registry::<LimitRange>();
-    let claims = claims.with_admission(Arc::new(LimitRanger::new(ranges, Phase::Final)));
+    let plugin = Arc::new(LimitRanger::new(ranges, Phase::Final));
+    let claims = claims
+        .with_admission(plugin.clone())
+        .with_update_admission(plugin);
     counted(server, claims)
 }
 

@@ -2,7 +2,8 @@
 //! LimitRanges default what new pods leave unset and refuse pods and claims outside their
 //! bounds. Defaults are applied while mutating and bounds checked in the final, validating
 //! pass, so a later mutating plugin cannot slip a pod past them. Pod updates are not checked, as
-//! upstream: a pod's resources cannot change after it is created.
+//! upstream: a pod's resources cannot change after it is created; a claim's can (it grows),
+//! so claims are bounded on updates too.
 
 use std::sync::Arc;
 
@@ -13,7 +14,9 @@ use minik8s_api::kinds::limit_range;
 use minik8s_api::strategy::BuiltIn;
 use minik8s_api::{ApiError, Target};
 
-use crate::registry::generic::{CreateAdmission, GenericRegistry, ListQuery, Phase};
+use crate::registry::generic::{
+    CreateAdmission, GenericRegistry, ListQuery, Phase, UpdateAdmission,
+};
 
 pub const PLUGIN_NAME: &str = "LimitRanger";
 
@@ -94,6 +97,24 @@ impl CreateAdmission<PersistentVolumeClaim> for LimitRanger {
         claim: &mut PersistentVolumeClaim,
         _dry_run: bool,
     ) -> Result<(), ApiError> {
+        self.bound_claim(claim).await
+    }
+}
+
+#[async_trait]
+impl UpdateAdmission<PersistentVolumeClaim> for LimitRanger {
+    async fn admit_update(
+        &self,
+        claim: &mut PersistentVolumeClaim,
+        _old: &PersistentVolumeClaim,
+        _dry_run: bool,
+    ) -> Result<(), ApiError> {
+        self.bound_claim(claim).await
+    }
+}
+
+impl LimitRanger {
+    async fn bound_claim(&self, claim: &PersistentVolumeClaim) -> Result<(), ApiError> {
         for range in self.ranges(&claim.metadata).await? {
             let errs = limit_range::claim_violations(&range, claim);
             if !errs.is_empty() {

@@ -7,8 +7,9 @@
 //!
 //! As upstream, a quota the controller has not yet processed (no `status.hard`) is not
 //! enforced, and an object whose store write then fails stays charged until the controller
-//! recounts. Only creates are charged here.
+//! recounts. An update is charged what it adds (a claim grown, a Service turned NodePort).
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -17,12 +18,15 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, ReplicationController, ResourceQuota, Secret, Service,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use minik8s_api::kinds::resource_quota::{Usage, charge};
+use minik8s_api::kinds::resource_quota::{Usage, charge, charge_update};
 use minik8s_api::strategy::BuiltIn;
 use minik8s_api::{ApiError, Target};
 
-use crate::registry::generic::{CreateAdmission, GenericRegistry, ListQuery, Phase};
+use crate::registry::generic::{
+    CreateAdmission, GenericRegistry, ListQuery, Phase, UpdateAdmission,
+};
 
 pub const PLUGIN_NAME: &str = "ResourceQuota";
 
@@ -119,6 +123,36 @@ impl<K: Counted> CreateAdmission<K> for QuotaAdmission<K> {
     }
 
     async fn admit(&self, obj: &mut K, dry_run: bool) -> Result<(), ApiError> {
+        let usage = obj.usage();
+        self.charge_all(&*obj, |q, now| charge(q, &usage, now), dry_run)
+            .await
+    }
+}
+
+#[async_trait]
+impl<K: Counted> UpdateAdmission<K> for QuotaAdmission<K> {
+    async fn admit_update(&self, new: &mut K, old: &K, dry_run: bool) -> Result<(), ApiError> {
+        let (usage, before) = (new.usage(), old.usage());
+        self.charge_all(
+            &*new,
+            |q, now| charge_update(q, &usage, &before, now),
+            dry_run,
+        )
+        .await
+    }
+}
+
+impl<K: Counted> QuotaAdmission<K> {
+    /// Charges `obj` to every quota of its namespace `charge` says it uses: every quota is
+    /// checked before any is charged, so a refusal charges none.
+    async fn charge_all(
+        &self,
+        obj: &K,
+        charge: impl Fn(&ResourceQuota, Timestamp) -> Result<Option<BTreeMap<String, Quantity>>, String>
+        + Send
+        + Sync,
+        dry_run: bool,
+    ) -> Result<(), ApiError> {
         let ns = obj.meta().namespace.clone().unwrap_or_default();
         let quotas = self
             .quotas
@@ -126,12 +160,10 @@ impl<K: Counted> CreateAdmission<K> for QuotaAdmission<K> {
             .await?
             .items;
         let now = Timestamp::now();
-        let usage = obj.usage();
-        // Every quota is checked before any is charged, so a refusal charges none.
         let mut charged = Vec::new();
         for q in &quotas {
-            if charge(q, &usage, now)
-                .map_err(|why| forbidden(&*obj, &why))?
+            if charge(q, now)
+                .map_err(|why| forbidden(obj, &why))?
                 .is_some()
             {
                 charged.push(q.metadata.name.clone().unwrap_or_default());
@@ -142,9 +174,7 @@ impl<K: Counted> CreateAdmission<K> for QuotaAdmission<K> {
                 .quotas
                 .guaranteed_update(Some(&ns), &name, None, dry_run, |mut current| {
                     // Charged against the quota as stored now, which may have moved on.
-                    if let Some(used) =
-                        charge(&current, &usage, now).map_err(|why| forbidden(&*obj, &why))?
-                    {
+                    if let Some(used) = charge(&current, now).map_err(|why| forbidden(obj, &why))? {
                         current.status.get_or_insert_with(Default::default).used = Some(used);
                     }
                     Ok(current)

@@ -81,6 +81,14 @@ pub trait CreateAdmission<O>: Send + Sync + 'static {
     async fn admit(&self, obj: &mut O, dry_run: bool) -> Result<(), ApiError>;
 }
 
+/// An admission plugin for updates of the main resource that must read other objects
+/// (ResourceQuota charging what an update adds): runs after external admission, on every
+/// try of the update, with the object it replaces.
+#[async_trait::async_trait]
+pub trait UpdateAdmission<O>: Send + Sync + 'static {
+    async fn admit_update(&self, new: &mut O, old: &O, dry_run: bool) -> Result<(), ApiError>;
+}
+
 /// When an admission plugin runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -196,6 +204,7 @@ pub struct GenericRegistry<S: Strategy> {
     root: String,
     hooks: Option<Arc<dyn WriteHooks<S::Object>>>,
     admission: Vec<Arc<dyn CreateAdmission<S::Object>>>,
+    update_admission: Vec<Arc<dyn UpdateAdmission<S::Object>>>,
     /// Admission webhooks and policies, for every write a client makes.
     pub(super) external: Option<super::external::DynExternalAdmission>,
     /// Adds the fields upstream's Go types always serialize (`status: {replicas: 0}`), set
@@ -253,6 +262,7 @@ impl<S: Strategy> GenericRegistry<S> {
             root,
             hooks: None,
             admission: Vec::new(),
+            update_admission: Vec::new(),
             external: None,
             zero_values: Default::default(),
             cache: Default::default(),
@@ -266,6 +276,11 @@ impl<S: Strategy> GenericRegistry<S> {
 
     pub fn with_admission(mut self, plugin: Arc<dyn CreateAdmission<S::Object>>) -> Self {
         self.admission.push(plugin);
+        self
+    }
+
+    pub fn with_update_admission(mut self, plugin: Arc<dyn UpdateAdmission<S::Object>>) -> Self {
+        self.update_admission.push(plugin);
         self
     }
 
@@ -1118,6 +1133,11 @@ impl<S: Strategy> GenericRegistry<S> {
             if let Some(part) = admit {
                 self.admit_update_external(&mut new, &current, part, dry_run)
                     .await?;
+                if part == Part::Main {
+                    for plugin in &self.update_admission {
+                        plugin.admit_update(&mut new, &current, dry_run).await?;
+                    }
+                }
             }
             self.with_zero_values(&mut new)?;
             let reservation = match &self.hooks {

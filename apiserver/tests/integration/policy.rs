@@ -455,3 +455,94 @@ async fn quotas_charge_new_pods_and_refuse_past_hard() {
     assert_eq!(q["status"]["used"]["configmaps"], "1");
     assert_eq!(q["status"]["used"]["pods"], "2");
 }
+
+#[tokio::test]
+async fn updates_are_charged_and_bounded_too() {
+    let s = InProcess::start(Backend::Sqlite).await.unwrap();
+    const QUOTAS: &str = "/api/v1/namespaces/default/resourcequotas";
+    const CLAIMS: &str = "/api/v1/namespaces/default/persistentvolumeclaims";
+    const SERVICES: &str = "/api/v1/namespaces/default/services";
+    let hard = json!({"requests.storage": "5Gi", "services.nodeports": "0"});
+    ok(
+        &s.post(
+            QUOTAS,
+            json!({"metadata": {"name": "q"}, "spec": {"hard": hard}}),
+        )
+        .await,
+        StatusCode::CREATED,
+    );
+    let mut q = s.get(&format!("{QUOTAS}/q")).await.json();
+    q["status"] =
+        json!({"hard": hard, "used": {"requests.storage": "0", "services.nodeports": "0"}});
+    ok(
+        &s.put(&format!("{QUOTAS}/q/status"), q).await,
+        StatusCode::OK,
+    );
+    ok(
+        &s.post(
+            "/api/v1/namespaces/default/limitranges",
+            json!({"metadata": {"name": "claims"}, "spec": {"limits": [
+                {"type": "PersistentVolumeClaim", "max": {"storage": "4Gi"}}]}}),
+        )
+        .await,
+        StatusCode::CREATED,
+    );
+    let claim = json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}}}});
+    ok(&s.post(CLAIMS, claim).await, StatusCode::CREATED);
+    let grow = |size: &str| json!({"spec": {"resources": {"requests": {"storage": size}}}});
+    let patch = |path: String, body: Value| {
+        let s = &s;
+        async move { s.patch(&path, "application/merge-patch+json", body).await }
+    };
+    // Grown by 2Gi: charged 2Gi.
+    ok(
+        &patch(format!("{CLAIMS}/data"), grow("3Gi")).await,
+        StatusCode::OK,
+    );
+    let q = s.get(&format!("{QUOTAS}/q")).await.json();
+    assert_eq!(q["status"]["used"]["requests.storage"], "3Gi");
+    // Past the LimitRange's max, then past the quota.
+    let refused = ok(
+        &patch(format!("{CLAIMS}/data"), grow("6Gi")).await,
+        StatusCode::FORBIDDEN,
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("maximum storage usage per PersistentVolumeClaim is 4Gi, but request is 6Gi"),
+        "{refused}"
+    );
+    ok(
+        &s.delete("/api/v1/namespaces/default/limitranges/claims")
+            .await,
+        StatusCode::OK,
+    );
+    let refused = ok(
+        &patch(format!("{CLAIMS}/data"), grow("6Gi")).await,
+        StatusCode::FORBIDDEN,
+    );
+    assert_eq!(
+        refused["message"],
+        "persistentvolumeclaims \"data\" is forbidden: exceeded quota: q, requested: requests.storage=3Gi, used: requests.storage=3Gi, limited: requests.storage=5Gi"
+    );
+    // A Service turned NodePort asks for a node port the quota does not have.
+    let svc = json!({"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}});
+    ok(&s.post(SERVICES, svc).await, StatusCode::CREATED);
+    let refused = ok(
+        &patch(
+            format!("{SERVICES}/web"),
+            json!({"spec": {"type": "NodePort"}}),
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("exceeded quota: q, requested: services.nodeports=1, used: services.nodeports=0, limited: services.nodeports=0"),
+        "{refused}"
+    );
+}

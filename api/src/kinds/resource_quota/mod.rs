@@ -18,7 +18,7 @@ use crate::strategy::Kind;
 use crate::table::{AGE, Column, NAME, Row, age, canonical_quantity, name, string, text};
 use crate::validation::{ErrorKind, Errors, FieldError, Path, qualified_name};
 
-pub use usage::{Usage, charge, used};
+pub use usage::{Usage, charge, charge_update, used};
 
 impl Kind for ResourceQuota {
     const COLUMNS: &'static [Column] = RESOURCE_QUOTA_COLUMNS;

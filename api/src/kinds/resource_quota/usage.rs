@@ -202,11 +202,58 @@ pub fn charge(
     if !object.in_scopes(quota) {
         return Ok(None);
     }
+    charge_resources(quota, object, object.resources(now))
+}
+
+/// What an update asks of `quota` (upstream's quota admission of updates): only what the
+/// `new` object uses more of than the `old` one is charged (a claim grown, a Service turned
+/// NodePort); `Ok(None)` when it uses no more. What it uses less of is left to the
+/// controller's recount.
+pub fn charge_update(
+    quota: &ResourceQuota,
+    new: &Usage,
+    old: &Usage,
+    now: Timestamp,
+) -> Result<Option<List>, String> {
+    if !new.in_scopes(quota) {
+        return Ok(None);
+    }
+    let before = if old.in_scopes(quota) {
+        old.resources(now)
+    } else {
+        List::new()
+    };
+    let increase: List = new
+        .resources(now)
+        .into_iter()
+        .filter_map(|(k, v)| {
+            if milli(&v) <= before.get(&k).map_or(0, milli) {
+                return None;
+            }
+            let parse = |q: &Quantity| crate::quantity::Quantity::parse(&q.0);
+            let more = match before.get(&k).and_then(parse) {
+                Some(old) => parse(&v)?.sub(&old)?.canonical()?,
+                None => canonical(&v),
+            };
+            Some((k, Quantity(more)))
+        })
+        .collect();
+    if increase.is_empty() {
+        return Ok(None);
+    }
+    charge_resources(quota, new, increase)
+}
+
+/// `quota`'s usage once `delta` (what `object` adds) is charged, or upstream's refusal.
+fn charge_resources(
+    quota: &ResourceQuota,
+    object: &Usage,
+    delta: List,
+) -> Result<Option<List>, String> {
     let name = quota.metadata.name.as_deref().unwrap_or_default();
     let status = quota.status.clone().unwrap_or_default();
     let hard = status.hard.unwrap_or_default();
     let used = status.used.unwrap_or_default();
-    let delta = object.resources(now);
     let limited: Vec<&String> = hard.keys().filter(|k| object.counts(k)).collect();
     if let Usage::Pod(pod) = object
         && let Some(missing) = unspecified(pod, &limited)
@@ -446,6 +493,41 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn updates_are_charged_what_they_add() {
+        let mut q =
+            quota(json!({"hard": {"requests.storage": "10Gi", "persistentvolumeclaims": "5"}}));
+        q.status = Some(
+            serde_json::from_value(json!({
+            "hard": {"requests.storage": "10Gi", "persistentvolumeclaims": "5"},
+            "used": {"requests.storage": "8Gi", "persistentvolumeclaims": "2"}}))
+            .unwrap(),
+        );
+        let claim = |size: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "c"},
+                "spec": {"resources": {"requests": {"storage": size}}}}))
+            .unwrap()
+        };
+        let (small, grown, huge) = (claim("1Gi"), claim("2Gi"), claim("4Gi"));
+        let now = Timestamp::now();
+        let used = charge_update(&q, &Usage::claim(&grown), &Usage::claim(&small), now)
+            .unwrap()
+            .unwrap();
+        // One more Gi; the claim itself was counted already.
+        assert_eq!(used["requests.storage"].0, "9Gi");
+        assert_eq!(used["persistentvolumeclaims"].0, "2");
+        let refused = charge_update(&q, &Usage::claim(&huge), &Usage::claim(&small), now);
+        assert_eq!(
+            refused.unwrap_err(),
+            "exceeded quota: q, requested: requests.storage=3Gi, used: requests.storage=8Gi, limited: requests.storage=10Gi"
+        );
+        // Using no more (or less) is not charged, even past a lowered hard limit.
+        assert_eq!(
+            charge_update(&q, &Usage::claim(&small), &Usage::claim(&grown), now),
+            Ok(None)
+        );
     }
 
     #[test]
