@@ -65,7 +65,7 @@ impl Enforcer {
         }
         self.applied = None;
         match &self.backend {
-            Backend::Iptables(ipt) => sync_iptables(ipt.as_ref(), pods)?,
+            Backend::Iptables(ipt) => sync_iptables(ipt.as_ref(), pods, &text)?,
             Backend::Nftables(nft) => nft.run(&text)?,
         }
         self.applied = Some((text, Instant::now()));
@@ -87,16 +87,20 @@ fn jump_line() -> String {
     format!("-A FORWARD {}", args.join(" "))
 }
 
-/// Our chains (stale ones removed), then the jump first in FORWARD.
-fn sync_iptables(ipt: &dyn Iptables, pods: &[PodRules]) -> Result<(), Error> {
+/// Our chains (stale ones removed), then the jump first in FORWARD; `wanted` is `pods`'
+/// rules rendered without stale chains.
+fn sync_iptables(ipt: &dyn Iptables, pods: &[PodRules], wanted: &str) -> Result<(), Error> {
     let saved = ipt.save("filter")?;
-    let wanted = render::iptables_restore(pods, &[]);
     let stale: Vec<String> = saved_chains(&saved, "filter")
         .into_iter()
         .filter(|c| IPTABLES_PREFIXES.iter().any(|p| c.starts_with(p)))
         .filter(|c| !wanted.contains(&format!(":{c} ")))
         .collect();
-    ipt.restore(&render::iptables_restore(pods, &stale))?;
+    if stale.is_empty() {
+        ipt.restore(wanted)?;
+    } else {
+        ipt.restore(&render::iptables_restore(pods, &stale))?;
+    }
     let first_forward = saved.lines().find(|l| l.starts_with("-A FORWARD "));
     if first_forward != Some(jump_line().as_str()) {
         while ipt.check("filter", "FORWARD", IPTABLES_JUMP)? {
