@@ -27,6 +27,7 @@ pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod scheduler;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod tainteviction;
 pub mod ttl_after_finished;
 pub mod util;

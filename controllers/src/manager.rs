@@ -71,6 +71,7 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         ("job", |c| Box::pin(crate::job::run(c))),
         ("cronjob", |c| Box::pin(crate::cronjob::run(c))),
         ("daemonset", |c| Box::pin(crate::daemonset::run(c))),
+        ("statefulset", |c| Box::pin(crate::statefulset::run(c))),
         ("ttl-after-finished", |c| {
             Box::pin(crate::ttl_after_finished::run(c))
         }),

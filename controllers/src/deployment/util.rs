@@ -145,34 +145,7 @@ pub fn max_unavailable(d: &Deployment) -> i32 {
     fenceposts(d).1.min(replicas)
 }
 
-/// fnv-1a, 32 bits, as Go's `hash/fnv`.
-fn fnv32a(bytes: &[u8]) -> u32 {
-    let mut h: u32 = 2_166_136_261;
-    for b in bytes {
-        h ^= u32::from(*b);
-        h = h.wrapping_mul(16_777_619);
-    }
-    h
-}
-
-/// Upstream's `rand.SafeEncodeString`: no vowels, no look-alike characters.
-fn safe_encode(s: &str) -> String {
-    const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    s.bytes()
-        .map(|b| ALPHANUMS[b as usize % ALPHANUMS.len()] as char)
-        .collect()
-}
-
-/// The `pod-template-hash` of a template: fnv-1a of the template (and the collision count, so
-/// a collision can be escaped), encoded as upstream encodes it. Upstream hashes Go's printed
-/// form of the struct; this hashes the JSON form, so values differ from a real cluster's.
-pub fn compute_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
-    let mut bytes = serde_json::to_vec(template).unwrap_or_default();
-    if let Some(c) = collision_count {
-        bytes.extend_from_slice(c.to_string().as_bytes());
-    }
-    safe_encode(&fnv32a(&bytes).to_string())
-}
+pub use crate::util::hash::compute_hash;
 
 /// JSON with empty maps, lists and nulls removed, as Go's semantic equality treats nil and
 /// empty alike.

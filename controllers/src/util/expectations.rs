@@ -77,6 +77,20 @@ impl Expectations {
         );
     }
 
+    /// Call before issuing `creations` creations and deleting the pods with these UIDs in one
+    /// go (a StatefulSet sync may do both).
+    pub fn expect(&self, key: &str, creations: usize, deletions: impl IntoIterator<Item = String>) {
+        let mut entries = self.entries.lock().expect("expectations");
+        entries.insert(
+            key.to_string(),
+            Entry {
+                creations: creations as i64,
+                deletions: deletions.into_iter().collect(),
+                since: Instant::now(),
+            },
+        );
+    }
+
     /// A creation was seen in the cache, or a creation failed and will never be seen.
     pub fn creation_observed(&self, key: &str) {
         if let Some(e) = self.entries.lock().expect("expectations").get_mut(key) {

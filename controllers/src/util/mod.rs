@@ -6,6 +6,8 @@ pub mod controller_ref;
 pub mod duration;
 pub mod events;
 pub mod expectations;
+pub mod hash;
+pub mod history;
 pub mod pods;
 pub mod queue;
 pub mod reconciler;

@@ -6,7 +6,11 @@
 //! Pods carry the default DaemonSet tolerations (not-ready and unreachable NoExecute, the
 //! pressure and unschedulable NoSchedule taints), so daemons survive node trouble that evicts
 //! other pods. A `controller-revision-hash` label tells current pods from old ones for
-//! RollingUpdate (maxUnavailable or maxSurge) and status; OnDelete leaves old pods alone.
+//! RollingUpdate (maxUnavailable or maxSurge) and status; OnDelete leaves old pods alone. The
+//! label is the hash of the template's ControllerRevision (see [`history`]), which
+//! `kubectl rollout history|undo daemonset` read.
+
+mod history;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use std::time::Duration;
 
 use crate::util::events::Recorder;
 use futures::{StreamExt, stream};
-use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetStatus};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
     Taint, Toleration,
@@ -45,6 +49,7 @@ struct Ctx {
     client: Client,
     pods: Cache<Pod>,
     pods_by_controller: ByController<Pod>,
+    revisions: ByController<ControllerRevision>,
     nodes: Cache<Node>,
     expectations: Expectations,
     recorder: Recorder,
@@ -52,10 +57,11 @@ struct Ctx {
 
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let (set_informer, pod_informer, node_informer) = (
+    let (set_informer, pod_informer, node_informer, revision_informer) = (
         informers.of::<DaemonSet>(),
         informers.of::<Pod>(),
         informers.of::<Node>(),
+        informers.of::<ControllerRevision>(),
     );
     let (sets, pods, nodes) = (
         set_informer.store(),
@@ -66,6 +72,7 @@ pub async fn run(informers: Arc<Informers>) {
         client: client.clone(),
         pods: pods.clone(),
         pods_by_controller: pod_informer.by_controller(),
+        revisions: revision_informer.by_controller(),
         nodes,
         expectations: Expectations::new(),
         recorder: Recorder::new(
@@ -103,8 +110,19 @@ pub async fn run(informers: Arc<Informers>) {
             )
         })
     };
+    let revision_keys = {
+        let sets = sets.clone();
+        revision_informer.touched().flat_map(move |r| {
+            stream::iter(owners_of(&sets, r.as_ref(), |d: &DaemonSet| {
+                d.spec.as_ref().map(|s| &s.selector)
+            }))
+        })
+    };
     let queue = stream::select(
-        ds_events.map(|d| ObjectRef::from_obj(d.as_ref())),
+        stream::select(
+            ds_events.map(|d| ObjectRef::from_obj(d.as_ref())),
+            revision_keys,
+        ),
         stream::select(pod_keys, node_keys),
     );
     runtime::run("daemonset", sets, queue, reconcile, ctx).await
@@ -285,27 +303,6 @@ fn pin_to_node(affinity: Option<Affinity>, node: &str) -> Affinity {
     affinity
 }
 
-/// A stable hash of the pod template, naming the revision.
-pub fn template_hash(ds: &DaemonSet) -> String {
-    let template = ds.spec.as_ref().map(|s| &s.template);
-    let json = serde_json::to_string(&template).unwrap_or_default();
-    // FNV-1a, as upstream's hash, over the canonical JSON of the template.
-    let mut h: u32 = 0x811c9dc5;
-    for b in json.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x01000193);
-    }
-    // Upstream's SafeEncodeString alphabet: no vowels, so no words.
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut n = h;
-    let mut out = String::new();
-    while n > 0 {
-        out.push(ALPHABET[(n % ALPHABET.len() as u32) as usize] as char);
-        n /= ALPHABET.len() as u32;
-    }
-    out
-}
-
 /// The template as a pod with the daemon tolerations and revision labels (no node yet).
 fn template_pod(ds: &DaemonSet, hash: &str) -> Pod {
     let spec = ds.spec.clone().unwrap_or_default();
@@ -344,8 +341,15 @@ fn pod_for_node(template: &Pod, node: &str) -> Pod {
     pod
 }
 
-fn is_updated(pod: &Pod, hash: &str) -> bool {
-    pod.labels().get(REVISION_HASH).map(String::as_str) == Some(hash)
+/// Whether `pod` runs the current template (upstream's `IsPodUpdated`): its revision hash,
+/// or the template generation it was made from.
+fn is_updated(pod: &Pod, hash: &str, generation: Option<i64>) -> bool {
+    let labels = pod.labels();
+    let hash_matches =
+        !hash.is_empty() && labels.get(REVISION_HASH).map(String::as_str) == Some(hash);
+    let generation_matches =
+        generation.is_some_and(|g| labels.get(TEMPLATE_GENERATION) == Some(&g.to_string()));
+    hash_matches || generation_matches
 }
 
 fn created(p: &Pod) -> Option<Timestamp> {
@@ -377,12 +381,19 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &ns);
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let spec = ds.spec.clone().unwrap_or_default();
-    let hash = template_hash(&ds);
+    let selector = Selector::from_label_selector(Some(&spec.selector))?;
+    let (current, old) = history::construct(&ds, &ctx, &selector).await?;
+    let hash = current
+        .labels()
+        .get(REVISION_HASH)
+        .cloned()
+        .unwrap_or_default();
+    let generation = ds.metadata.generation;
+    let is_updated = |p: &Pod| is_updated(p, &hash, generation);
     let template = template_pod(&ds, &hash);
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
     let now = Timestamp::now();
 
-    let selector = Selector::from_label_selector(Some(&spec.selector))?;
     let candidates = ctx
         .pods_by_controller
         .controlled_by(&ds.uid().unwrap_or_default(), Some(&ns))
@@ -475,7 +486,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                 continue;
             }
             let (new, old): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
-                live.into_iter().partition(|p| is_updated(p, &hash));
+                live.into_iter().partition(|p| is_updated(p));
             // Keep the oldest pod of each revision; with surge an old pod stays until the
             // new one is available.
             let kept_new = new.first().cloned();
@@ -587,6 +598,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                 }
             }
         }
+        history::cleanup(&ds, &ctx, &old, &pods).await?;
     }
 
     // Status, from the cache as read (upstream's updateDaemonSetStatus).
@@ -611,7 +623,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             continue;
         }
         status.desired_number_scheduled += 1;
-        let Some(pod) = here.iter().find(|p| is_updated(p, &hash)).or(here.first()) else {
+        let Some(pod) = here.iter().find(|p| is_updated(p)).or(here.first()) else {
             continue;
         };
         status.current_number_scheduled += 1;
@@ -623,7 +635,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                 requeue = Some(Duration::from_secs(min_ready as u64));
             }
         }
-        if is_updated(pod, &hash) {
+        if is_updated(pod) {
             status.updated_number_scheduled =
                 Some(status.updated_number_scheduled.unwrap_or(0) + 1);
         }
@@ -739,10 +751,13 @@ mod tests {
     }
 
     #[test]
-    fn template_changes_change_the_hash() {
-        let a = ds(serde_json::json!({}));
-        let b = ds(serde_json::json!({"hostNetwork": true}));
-        assert_eq!(template_hash(&a), template_hash(&a.clone()));
-        assert_ne!(template_hash(&a), template_hash(&b));
+    fn pods_are_updated_by_hash_or_template_generation() {
+        let d = ds(serde_json::json!({}));
+        let pod = template_pod(&d, "abc");
+        assert!(is_updated(&pod, "abc", Some(7)));
+        // Generation 2 made it, whatever its hash.
+        assert!(is_updated(&pod, "other", Some(2)));
+        assert!(!is_updated(&pod, "other", Some(3)));
+        assert!(!is_updated(&pod, "", None));
     }
 }
