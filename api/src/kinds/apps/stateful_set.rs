@@ -7,7 +7,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use serde_json::Value;
 
-use super::{scale_view, validate_workload};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{is_zero, scale_view, validate_int_or_percent, validate_workload};
 use crate::kinds::pod::default_template;
 use crate::spec_and_status;
 use crate::strategy::{Kind, ScaleView};
@@ -94,12 +96,43 @@ impl Kind for StatefulSet {
                     "",
                     "only allowed for updateStrategy 'RollingUpdate'",
                 )),
-                Some("RollingUpdate") | Some("OnDelete") | None => {}
+                Some("RollingUpdate") | None => {
+                    if let Some(ru) = &s.rolling_update {
+                        validate_rolling_update(
+                            ru,
+                            &sp.child("updateStrategy").child("rollingUpdate"),
+                            errs,
+                        );
+                    }
+                }
+                Some("OnDelete") => {}
                 Some(t) => errs.push(FieldError::invalid(
                     &sp.child("updateStrategy"),
                     t,
                     "must be 'RollingUpdate' or 'OnDelete'",
                 )),
+            }
+        }
+        nonnegative(spec.min_ready_seconds, &sp.child("minReadySeconds"), errs);
+        if let Some(o) = &spec.ordinals {
+            nonnegative(o.start, &sp.child("ordinals.start"), errs);
+        }
+        if let Some(p) = &spec.persistent_volume_claim_retention_policy {
+            let pp = sp.child("persistentVolumeClaimRetentionPolicy");
+            for (field, v) in [
+                ("whenDeleted", &p.when_deleted),
+                ("whenScaled", &p.when_scaled),
+            ] {
+                if let Some(v) = v
+                    && v != "Retain"
+                    && v != "Delete"
+                {
+                    errs.push(FieldError::not_supported(
+                        &pp.child(field),
+                        v,
+                        &["Delete", "Retain"],
+                    ));
+                }
             }
         }
     }
@@ -115,10 +148,11 @@ impl Kind for StatefulSet {
             comparable.persistent_volume_claim_retention_policy =
                 o.persistent_volume_claim_retention_policy.clone();
             comparable.min_ready_seconds = o.min_ready_seconds;
+            comparable.revision_history_limit = o.revision_history_limit;
             if comparable != *o {
                 errs.push(FieldError::forbidden(
                     &Path::new("spec"),
-                    "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+                    "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
                 ));
             }
         }
@@ -141,6 +175,54 @@ impl Kind for StatefulSet {
 
     fn row(&self, now: Timestamp) -> Row {
         Row::new(stateful_set_cells(self, now))
+    }
+}
+
+fn nonnegative(v: Option<i32>, path: &Path, errs: &mut Errors) {
+    if let Some(v) = v
+        && v < 0
+    {
+        errs.push(FieldError::invalid(
+            path,
+            v,
+            "must be greater than or equal to 0",
+        ));
+    }
+}
+
+/// Upstream's `validateRollingUpdateStatefulSet`: a partition of 0 or more; `maxUnavailable`
+/// a positive number or percentage up to 100%.
+fn validate_rolling_update(ru: &RollingUpdateStatefulSetStrategy, path: &Path, errs: &mut Errors) {
+    nonnegative(ru.partition, &path.child("partition"), errs);
+    if let Some(max) = &ru.max_unavailable {
+        let mp = path.child("maxUnavailable");
+        validate_int_or_percent(max, &mp, errs);
+        if is_zero(Some(max)) {
+            errs.push(FieldError::invalid(&mp, Raw(max), "cannot be 0"));
+        }
+        if let IntOrString::String(s) = max
+            && s.trim_end_matches('%')
+                .parse::<u32>()
+                .is_ok_and(|n| n > 100)
+        {
+            errs.push(FieldError::invalid(
+                &mp,
+                Raw(max),
+                "must not be greater than 100%",
+            ));
+        }
+    }
+}
+
+/// An `IntOrString` printed as Go prints it in a field error (its `String()`, unquoted).
+struct Raw<'a>(&'a IntOrString);
+
+impl std::fmt::Debug for Raw<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            IntOrString::Int(n) => write!(f, "{n}"),
+            IntOrString::String(s) => f.write_str(s),
+        }
     }
 }
 
@@ -179,6 +261,54 @@ mod tests {
 
     use super::*;
     use crate::table::testing::*;
+
+    fn errors(sts: serde_json::Value) -> Vec<String> {
+        let sts: StatefulSet = serde_json::from_value(sts).unwrap();
+        let mut errs = Errors::default();
+        sts.validate(&mut errs);
+        errs.iter().map(|e| e.to_string()).collect()
+    }
+
+    fn valid() -> serde_json::Value {
+        json!({"metadata": {"name": "db"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "db"}}, "serviceName": "db",
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": {"containers": [{"name": "pg", "image": "postgres"}]}}}})
+    }
+
+    #[test]
+    fn spec_fields_are_validated_as_upstream() {
+        assert!(errors(valid()).is_empty(), "{:?}", errors(valid()));
+        let mut bad = valid();
+        bad["spec"]["minReadySeconds"] = json!(-1);
+        bad["spec"]["ordinals"] = json!({"start": -2});
+        bad["spec"]["persistentVolumeClaimRetentionPolicy"] = json!({"whenDeleted": "Keep"});
+        bad["spec"]["updateStrategy"] = json!({"type": "RollingUpdate",
+            "rollingUpdate": {"partition": -1, "maxUnavailable": "0%"}});
+        let errs = errors(bad);
+        for want in [
+            "spec.minReadySeconds: Invalid value: -1: must be greater than or equal to 0",
+            "spec.ordinals.start: Invalid value: -2: must be greater than or equal to 0",
+            "spec.persistentVolumeClaimRetentionPolicy.whenDeleted: Unsupported value: \"Keep\": supported values: \"Delete\", \"Retain\"",
+            "spec.updateStrategy.rollingUpdate.partition: Invalid value: -1: must be greater than or equal to 0",
+            "spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: 0%: cannot be 0",
+        ] {
+            assert!(errs.iter().any(|e| e == want), "{want} not in {errs:?}");
+        }
+    }
+
+    #[test]
+    fn updates_may_change_the_history_limit_but_not_the_service() {
+        let old: StatefulSet = serde_json::from_value(valid()).unwrap();
+        let mut new = old.clone();
+        new.spec.as_mut().unwrap().revision_history_limit = Some(3);
+        let mut errs = Errors::default();
+        new.validate_update(&old, &mut errs);
+        assert!(errs.is_empty());
+        new.spec.as_mut().unwrap().service_name = Some("other".into());
+        new.validate_update(&old, &mut errs);
+        assert!(errs.iter().any(|e| e.to_string().contains("'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden")));
+    }
 
     #[test]
     fn stateful_set_row() {
