@@ -56,38 +56,57 @@ pub fn slices_of<'a>(
 /// kube-proxy does since ProxyTerminatingEndpoints). IPv4 only, each `ip:port` once, sorted
 /// by `ip:port` as upstream's endpoint cache sorts them.
 pub fn port_endpoints(slices: &[&EndpointSlice], port_name: &str, protocol: &str) -> Vec<Endpoint> {
+    serving(slices, |slice| {
+        slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| {
+                p.name.as_deref().unwrap_or("") == port_name
+                    && p.protocol.as_deref().unwrap_or("TCP") == protocol
+            })
+            .and_then(|p| p.port)
+    })
+}
+
+/// The serving endpoints of a headless Service without ports (its slices list addresses
+/// only, which cluster DNS still answers with), port 0.
+pub fn address_endpoints(slices: &[&EndpointSlice]) -> Vec<Endpoint> {
+    serving(slices, |_| Some(0))
+}
+
+/// The serving endpoints of `slices` at the port `port_of` finds in each slice.
+fn serving(
+    slices: &[&EndpointSlice],
+    port_of: impl Fn(&EndpointSlice) -> Option<i32>,
+) -> Vec<Endpoint> {
     let mut ready = Vec::new();
     let mut terminating = Vec::new();
     for slice in slices {
         if slice.address_type != "IPv4" {
             continue;
         }
-        for port in slice.ports.iter().flatten() {
-            if port.name.as_deref().unwrap_or("") != port_name
-                || port.protocol.as_deref().unwrap_or("TCP") != protocol
-            {
+        let Some(number) = port_of(slice) else {
+            continue;
+        };
+        for ep in &slice.endpoints {
+            let Some(ip) = ep.addresses.first() else {
                 continue;
-            }
-            let Some(number) = port.port else { continue };
-            for ep in &slice.endpoints {
-                let Some(ip) = ep.addresses.first() else {
-                    continue;
-                };
-                let cond = ep.conditions.as_ref();
-                let is_ready = cond.and_then(|c| c.ready).unwrap_or(true);
-                let serving = cond.and_then(|c| c.serving).unwrap_or(is_ready);
-                let is_terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
-                let e = Endpoint {
-                    ip: ip.clone(),
-                    port: number,
-                    node_name: ep.node_name.clone(),
-                    hostname: ep.hostname.clone(),
-                };
-                if is_ready {
-                    ready.push(e);
-                } else if serving && is_terminating {
-                    terminating.push(e);
-                }
+            };
+            let cond = ep.conditions.as_ref();
+            let is_ready = cond.and_then(|c| c.ready).unwrap_or(true);
+            let serving = cond.and_then(|c| c.serving).unwrap_or(is_ready);
+            let is_terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
+            let e = Endpoint {
+                ip: ip.clone(),
+                port: number,
+                node_name: ep.node_name.clone(),
+                hostname: ep.hostname.clone(),
+            };
+            if is_ready {
+                ready.push(e);
+            } else if serving && is_terminating {
+                terminating.push(e);
             }
         }
     }

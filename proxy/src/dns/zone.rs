@@ -10,7 +10,7 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::endpoints::{port_endpoints, service_key, slices_of};
+use crate::endpoints::{Endpoint, address_endpoints, port_endpoints, service_key, slices_of};
 
 /// CoreDNS's default TTL for cluster records.
 pub const TTL: u32 = 5;
@@ -85,12 +85,26 @@ impl Zone {
                 }
                 continue;
             }
-            // Headless: the ready endpoints themselves, each also under its own name.
+            // Headless: the ready endpoints themselves, each also under its own name (a
+            // StatefulSet pod's hostname). A Service without ports still has addresses.
             let mut seen = BTreeSet::new();
-            for port in spec.ports.iter().flatten() {
-                let port_name = port.name.as_deref().unwrap_or("");
-                let protocol = port.protocol.as_deref().unwrap_or("TCP");
-                for ep in port_endpoints(&own, port_name, protocol) {
+            let ports: Vec<(&str, &str, Vec<Endpoint>)> = match spec.ports.as_deref() {
+                None | Some([]) => vec![("", "TCP", address_endpoints(&own))],
+                Some(ports) => ports
+                    .iter()
+                    .map(|port| {
+                        let port_name = port.name.as_deref().unwrap_or("");
+                        let protocol = port.protocol.as_deref().unwrap_or("TCP");
+                        (
+                            port_name,
+                            protocol,
+                            port_endpoints(&own, port_name, protocol),
+                        )
+                    })
+                    .collect(),
+            };
+            for (port_name, protocol, endpoints) in ports {
+                for ep in endpoints {
                     let Ok(ip) = ep.ip.parse::<Ipv4Addr>() else {
                         continue;
                     };
@@ -357,6 +371,30 @@ mod tests {
             ["pg-0.pg.db.svc.cluster.local."]
         );
         assert!(rdatas(z.answer(&name("empty.db.svc.cluster.local"), RecordType::A)).is_empty());
+    }
+
+    #[test]
+    fn a_headless_service_without_ports_answers_its_pods_by_hostname() {
+        let mut portless = slice(
+            "db",
+            "sts",
+            ("", 0),
+            &[("10.244.0.11", Some("sts-0"), true)],
+        );
+        portless.ports = Some(Vec::new());
+        let z = Zone::build(
+            "cluster.local",
+            &[svc("db", "sts", "None", &[])],
+            &[portless],
+        );
+        assert_eq!(
+            rdatas(z.answer(&name("sts-0.sts.db.svc.cluster.local"), RecordType::A)),
+            ["10.244.0.11"]
+        );
+        assert_eq!(
+            rdatas(z.answer(&name("sts.db.svc.cluster.local"), RecordType::A)),
+            ["10.244.0.11"]
+        );
     }
 
     #[test]
