@@ -14,6 +14,7 @@ use crate::spec_and_status;
 use crate::strategy::Kind;
 use crate::table::{AGE, Column, NAME, Row, age, canonical_quantity, name, or_empty, string, text};
 use crate::validation::{Errors, FieldError, Path, dns1123_subdomain, immutable, qualified_name};
+use crate::volume;
 
 const ACCESS_MODES: &[&str] = &[
     "ReadOnlyMany",
@@ -344,6 +345,28 @@ impl Kind for StorageClass {
 
     fn row(&self, now: Timestamp) -> Row {
         Row::new(storage_class_cells(self, now))
+    }
+}
+
+/// The class the server creates at start (k3s's `local-path`): the default, provisioned by
+/// the node agents' built-in local-path provisioner on the node that first uses the claim.
+/// Created only when missing: an administrator's changes are kept (a deleted class comes
+/// back at the next start, as k3s's manifests do).
+pub fn local_path_class() -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(volume::LOCAL_PATH_CLASS.into()),
+            annotations: Some(BTreeMap::from([(
+                volume::ANN_IS_DEFAULT_CLASS.to_string(),
+                "true".to_string(),
+            )])),
+            ..Default::default()
+        },
+        provisioner: volume::LOCAL_PATH_PROVISIONER.into(),
+        reclaim_policy: Some("Delete".into()),
+        volume_binding_mode: Some("WaitForFirstConsumer".into()),
+        allow_volume_expansion: Some(true),
+        ..Default::default()
     }
 }
 
