@@ -30,3 +30,4 @@ pub mod serviceaccount;
 pub mod tainteviction;
 pub mod ttl_after_finished;
 pub mod util;
+pub mod volume;

@@ -26,3 +26,4 @@ mod rootcacertpublisher;
 mod scheduler;
 mod scheduler_pods;
 mod serviceaccount;
+mod volume;
