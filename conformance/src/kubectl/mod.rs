@@ -30,6 +30,7 @@ mod knative;
 mod nonresource;
 mod policy;
 mod scheduling;
+mod storage;
 
 /// One kubectl binary of the matrix.
 #[derive(Clone)]
@@ -143,6 +144,12 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "limitrange-defaults" => policy::limitrange_defaults,
     "preemption" => scheduling::preemption,
     "runtime-class" => scheduling::runtime_class,
+    "storage-classes" => storage::storage_classes,
+    "pv-static-binding" => storage::static_binding,
+    "pv-retain" => storage::retain,
+    "pvc-protection" => storage::pvc_protection,
+    "pvc-expand" => storage::expand,
+    "pvc-dynamic-wffc" => storage::dynamic_wffc,
     "debug" => debug::debug,
     "knative-service" => knative::knative_service,
     "kubectl-fn" => knative::kubectl_fn,
