@@ -16,6 +16,7 @@ pub mod status;
 pub mod strategy;
 pub mod table;
 pub mod validation;
+pub mod volume;
 
 pub use registry::ResourceInfo;
 pub use status::{ApiError, Target};

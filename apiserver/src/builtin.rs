@@ -39,11 +39,14 @@ use minik8s_api::conversion::{Converted, Convertible};
 use minik8s_api::strategy::{BuiltIn, Kind};
 use schemars::JsonSchema;
 
+use crate::admission::default_storage_class::{self, DefaultStorageClass};
 use crate::admission::limit_ranger::{self, LimitRanger};
 use crate::admission::priority::{self, OneGlobalDefault, PriorityAdmission};
+use crate::admission::pvc_resize::{self, ClaimResize};
 use crate::admission::resource_quota::{self, Counted, QuotaAdmission};
 use crate::admission::runtime_class::{self, RuntimeClassAdmission};
 use crate::admission::serviceaccount::{self, ServiceAccountAdmission};
+use crate::admission::storage_protection::{self, StorageProtection};
 use crate::handlers::certificates::CertificateSigningRequestExtension;
 use crate::handlers::namespaces::NamespaceExtension;
 use crate::handlers::openapi::KindSchema;
@@ -134,18 +137,45 @@ fn pods(server: &ApiServer) -> GenericRegistry<BuiltIn<Pod>> {
     counted(server, pods)
 }
 
-/// Claims within their namespace's LimitRanges; LimitRanges must be registered first.
+/// Claims pass the storage admission plugins, in upstream's order: DefaultStorageClass and
+/// StorageObjectInUseProtection while mutating, LimitRanger's bounds, then
+/// PersistentVolumeClaimResize on updates (ResourceQuota last, as for every kind).
+/// LimitRanges and StorageClasses must be registered first.
 fn claims(server: &ApiServer) -> GenericRegistry<BuiltIn<PersistentVolumeClaim>> {
-    let claims = registry::<PersistentVolumeClaim>(server);
-    if !server.options.admission.enabled(limit_ranger::PLUGIN_NAME) {
-        return counted(server, claims);
+    let mut claims = registry::<PersistentVolumeClaim>(server);
+    let admission = &server.options.admission;
+    if admission.enabled(default_storage_class::PLUGIN_NAME) {
+        let classes = server.registry::<StorageClass>();
+        claims = claims.with_admission(Arc::new(DefaultStorageClass::new(classes)));
     }
-    let ranges = server.registry::<LimitRange>();
-    let plugin = Arc::new(LimitRanger::new(ranges, Phase::Final));
-    let claims = claims
-        .with_admission(plugin.clone())
-        .with_update_admission(plugin);
+    if admission.enabled(storage_protection::PLUGIN_NAME) {
+        claims = claims.with_admission(Arc::new(StorageProtection));
+    }
+    if admission.enabled(limit_ranger::PLUGIN_NAME) {
+        let ranges = server.registry::<LimitRange>();
+        let plugin = Arc::new(LimitRanger::new(ranges, Phase::Final));
+        claims = claims
+            .with_admission(plugin.clone())
+            .with_update_admission(plugin);
+    }
+    if admission.enabled(pvc_resize::PLUGIN_NAME) {
+        let classes = server.registry::<StorageClass>();
+        claims = claims.with_update_admission(Arc::new(ClaimResize::new(classes)));
+    }
     counted(server, claims)
+}
+
+/// Volumes carry the pv-protection finalizer from their creation.
+fn volumes(server: &ApiServer) -> GenericRegistry<BuiltIn<PersistentVolume>> {
+    let volumes = registry::<PersistentVolume>(server);
+    if !server
+        .options
+        .admission
+        .enabled(storage_protection::PLUGIN_NAME)
+    {
+        return volumes;
+    }
+    volumes.with_admission(Arc::new(StorageProtection))
 }
 
 /// PriorityClasses: one global default at most (the Priority plugin's half for classes).
@@ -227,7 +257,8 @@ pub fn register(server: &ApiServer) {
     plain_counted::<Secret>(server);
     plain::<Node>(server);
     plain::<Event>(server);
-    plain::<PersistentVolume>(server);
+    serve(server, volumes(server), None);
+    plain::<StorageClass>(server);
     serve(server, claims(server), None);
     plain::<Deployment>(server);
     plain::<ReplicaSet>(server);
@@ -241,7 +272,6 @@ pub fn register(server: &ApiServer) {
     plain::<IngressClass>(server);
     plain::<EndpointSlice>(server);
     plain::<Lease>(server);
-    plain::<StorageClass>(server);
     plain::<Role>(server);
     plain::<RoleBinding>(server);
     plain::<ClusterRole>(server);

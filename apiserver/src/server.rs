@@ -360,6 +360,9 @@ pub struct Config {
     pub serve: ServeOptions,
     /// CRDs of kinds the distribution brings, installed at start.
     pub crds: Vec<CustomResourceDefinition>,
+    /// Create the `local-path` StorageClass, the default, at start (k3s's `local-storage`
+    /// component; `--disable-local-storage` turns it off).
+    pub local_storage: bool,
 }
 
 impl Config {
@@ -377,6 +380,7 @@ impl Config {
             compaction_interval: Duration::from_secs(300),
             serve: ServeOptions::default(),
             crds: Vec::new(),
+            local_storage: true,
         }
     }
 }
@@ -536,6 +540,12 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
         .bootstrap(&config.crds)
         .await
         .map_err(ServerError::Bootstrap)?;
+    if config.local_storage {
+        server
+            .ensure(vec![minik8s_api::kinds::storage::local_path_class()])
+            .await
+            .map_err(ServerError::Bootstrap)?;
+    }
     server
         .ensure(crate::aggregator::local_api_services())
         .await

@@ -31,3 +31,4 @@ pub mod statefulset;
 pub mod tainteviction;
 pub mod ttl_after_finished;
 pub mod util;
+pub mod volume;

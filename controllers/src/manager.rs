@@ -99,6 +99,18 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         (crate::resourcequota::NAME, |c| {
             Box::pin(crate::resourcequota::run(c))
         }),
+        (crate::volume::binder::NAME, |c| {
+            Box::pin(crate::volume::binder::run(c))
+        }),
+        (crate::volume::pv_protection::NAME, |c| {
+            Box::pin(crate::volume::pv_protection::run(c))
+        }),
+        (crate::volume::pvc_protection::NAME, |c| {
+            Box::pin(crate::volume::pvc_protection::run(c))
+        }),
+        (crate::volume::expander::NAME, |c| {
+            Box::pin(crate::volume::expander::run(c))
+        }),
     ]
 }
 

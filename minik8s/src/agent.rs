@@ -55,6 +55,10 @@ pub struct AgentArgs {
     /// Parent cgroup of every pod.
     #[arg(long, default_value = "/kubepods")]
     pub cgroup_root: String,
+    /// Do not run the local-path provisioner beside the kubelet; `server` also does not
+    /// create the default `local-path` StorageClass (k3s's `--disable local-storage`).
+    #[arg(long)]
+    pub disable_local_storage: bool,
 }
 
 /// The running node: keep it alive as long as the node runs.
@@ -195,6 +199,22 @@ pub async fn start(
     config.bridge = args.bridge.clone();
     config.cgroup_root = args.cgroup_root.clone();
     let ranges = vec![args.cluster_cidr.clone(), service_range.to_string()];
+    if !args.disable_local_storage {
+        // Node-local volumes are made on the node that uses them: one provisioner per node,
+        // writing as the node.
+        let informers = shared
+            .clone()
+            .unwrap_or_else(|| Informers::new(client.clone()));
+        let options = minik8s_controllers::volume::local_path::LocalPathOptions {
+            node_name: name.clone(),
+            data_dir: data_dir.to_path_buf(),
+        };
+        tokio::spawn(minik8s_controllers::volume::local_path::run(
+            client.clone(),
+            informers,
+            options,
+        ));
+    }
     tokio::spawn(async move {
         if let Err(e) = minik8s_kubelet::run(config, client, ranges, shared).await {
             tracing::error!(error = %e, "kubelet stopped");

@@ -269,6 +269,7 @@ impl ServerArgs {
         c.service_node_port_range = self.service_node_port_range.clone();
         c.compaction_interval = self.etcd_compaction_interval;
         c.crds = knative_lite::crds();
+        c.local_storage = !self.agent.disable_local_storage;
         c.serve = ServeOptions {
             bookmark_interval: self.watch_bookmark_interval,
             min_request_timeout: self.min_request_timeout,

@@ -14,6 +14,7 @@ use crate::spec_and_status;
 use crate::strategy::Kind;
 use crate::table::{AGE, Column, NAME, Row, age, canonical_quantity, name, or_empty, string, text};
 use crate::validation::{Errors, FieldError, Path, dns1123_subdomain, immutable, qualified_name};
+use crate::volume;
 
 const ACCESS_MODES: &[&str] = &[
     "ReadOnlyMany",
@@ -55,23 +56,39 @@ impl Kind for PersistentVolume {
             return;
         };
         match &spec.access_modes {
-            None => errs.push(FieldError::required(&path.child("accessModes"), "")),
-            Some(m) if m.is_empty() => {
-                errs.push(FieldError::required(&path.child("accessModes"), ""))
-            }
-            Some(m) => {
-                for mode in m {
-                    if !ACCESS_MODES.contains(&mode.as_str()) {
-                        errs.push(FieldError::not_supported(
-                            &path.child("accessModes"),
-                            mode,
-                            ACCESS_MODES,
-                        ));
-                    }
-                }
+            Some(m) if !m.is_empty() => validate_access_modes(m, &path, errs),
+            _ => errs.push(FieldError::required(
+                &path.child("accessModes"),
+                "must specify at least 1 access mode",
+            )),
+        }
+        validate_volume_source(self, &path, errs);
+        if let Some(capacity) = &spec.capacity
+            && (!capacity.contains_key("storage") || capacity.len() > 1)
+        {
+            let keys: Vec<&String> = capacity.keys().collect();
+            errs.push(FieldError::not_supported(
+                &path.child("capacity"),
+                keys,
+                &["storage"],
+            ));
+        }
+        if let Some(sc) = spec.storage_class_name.as_deref().filter(|s| !s.is_empty()) {
+            for e in dns1123_subdomain(sc) {
+                errs.push(FieldError::invalid(&path.child("storageClassName"), sc, e));
             }
         }
+        if let Some(m) = &spec.volume_mode
+            && !["Block", "Filesystem"].contains(&m.as_str())
+        {
+            errs.push(FieldError::not_supported(
+                &path.child("volumeMode"),
+                m,
+                &["Block", "Filesystem"],
+            ));
+        }
         match spec.capacity.as_ref().and_then(|c| c.get("storage")) {
+            None if spec.capacity.as_ref().is_some_and(|c| !c.is_empty()) => {}
             None => errs.push(FieldError::required(&path.child("capacity"), "")),
             Some(q) if crate::quantity::parse(&q.0).is_none_or(|v| v <= 0.0) => {
                 errs.push(FieldError::invalid(
@@ -104,29 +121,122 @@ impl Kind for PersistentVolume {
     fn validate_update(&self, old: &Self, errs: &mut Errors) {
         self.validate(errs);
         if let (Some(n), Some(o)) = (&self.spec, &old.spec) {
-            immutable(
-                &n.host_path,
-                &o.host_path,
-                &Path::new("spec").child("persistentvolumesource"),
-                errs,
-            );
-            immutable(
-                &n.local,
-                &o.local,
-                &Path::new("spec").child("persistentvolumesource"),
-                errs,
-            );
+            if volume_source(self) != volume_source(old) {
+                errs.push(FieldError::forbidden(
+                    &Path::new("spec").child("persistentvolumesource"),
+                    "spec.persistentvolumesource is immutable after creation",
+                ));
+            }
             immutable(
                 &n.volume_mode,
                 &o.volume_mode,
                 &Path::new("volumeMode"),
                 errs,
             );
+            if o.node_affinity.is_some() {
+                immutable(
+                    &n.node_affinity,
+                    &o.node_affinity,
+                    &Path::new("nodeAffinity"),
+                    errs,
+                );
+            }
         }
     }
 
     fn row(&self, now: Timestamp) -> Row {
         Row::new(pv_cells(self, now))
+    }
+}
+
+/// Each mode known, and ReadWriteOncePod alone.
+fn validate_access_modes(modes: &[String], spec: &Path, errs: &mut Errors) {
+    let path = spec.child("accessModes");
+    for mode in modes {
+        if !ACCESS_MODES.contains(&mode.as_str()) {
+            errs.push(FieldError::not_supported(&path, mode, ACCESS_MODES));
+        }
+    }
+    if modes.len() > 1 && modes.iter().any(|m| m == "ReadWriteOncePod") {
+        errs.push(FieldError::forbidden(
+            &path,
+            "may not use ReadWriteOncePod with other access modes",
+        ));
+    }
+}
+
+/// The volume sources of a PersistentVolumeSpec, in the order upstream checks them.
+const VOLUME_SOURCES: &[&str] = &[
+    "hostPath",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "glusterfs",
+    "flocker",
+    "nfs",
+    "rbd",
+    "quobyte",
+    "cinder",
+    "cephfs",
+    "iscsi",
+    "fc",
+    "flexVolume",
+    "azureFile",
+    "vsphereVolume",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "azureDisk",
+    "scaleIO",
+    "local",
+    "storageos",
+    "csi",
+];
+
+/// The volume source fields of a volume's spec, as set.
+fn volume_source(pv: &PersistentVolume) -> Vec<(&'static str, Value)> {
+    let spec = serde_json::to_value(&pv.spec).unwrap_or_default();
+    VOLUME_SOURCES
+        .iter()
+        .filter_map(|k| {
+            spec.get(*k)
+                .filter(|v| !v.is_null())
+                .map(|v| (*k, v.clone()))
+        })
+        .collect()
+}
+
+/// Exactly one volume source; a `local` volume needs node affinity and a path.
+fn validate_volume_source(pv: &PersistentVolume, path: &Path, errs: &mut Errors) {
+    let Ok(spec) = serde_json::to_value(&pv.spec) else {
+        return;
+    };
+    let mut found = 0;
+    for source in VOLUME_SOURCES {
+        if spec.get(*source).is_some_and(|v| !v.is_null()) {
+            found += 1;
+            if found > 1 {
+                errs.push(FieldError::forbidden(
+                    &path.child(source),
+                    "may not specify more than 1 volume type",
+                ));
+            }
+        }
+    }
+    if found == 0 {
+        errs.push(FieldError::required(path, "must specify a volume type"));
+    }
+    let Some(spec) = &pv.spec else {
+        return;
+    };
+    if let Some(local) = &spec.local {
+        if local.path.is_empty() {
+            errs.push(FieldError::required(&path.child("local").child("path"), ""));
+        }
+        if spec.node_affinity.is_none() {
+            errs.push(FieldError::required(
+                &path.child("nodeAffinity"),
+                "Local volume requires node affinity",
+            ));
+        }
     }
 }
 
@@ -177,17 +287,7 @@ impl Kind for PersistentVolumeClaim {
             return;
         };
         match &spec.access_modes {
-            Some(m) if !m.is_empty() => {
-                for mode in m {
-                    if !ACCESS_MODES.contains(&mode.as_str()) {
-                        errs.push(FieldError::not_supported(
-                            &path.child("accessModes"),
-                            mode,
-                            ACCESS_MODES,
-                        ));
-                    }
-                }
-            }
+            Some(m) if !m.is_empty() => validate_access_modes(m, &path, errs),
             _ => errs.push(FieldError::required(
                 &path.child("accessModes"),
                 "at least 1 access mode is required",
@@ -347,6 +447,28 @@ impl Kind for StorageClass {
     }
 }
 
+/// The class the server creates at start (k3s's `local-path`): the default, provisioned by
+/// the node agents' built-in local-path provisioner on the node that first uses the claim.
+/// Created only when missing: an administrator's changes are kept (a deleted class comes
+/// back at the next start, as k3s's manifests do).
+pub fn local_path_class() -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(volume::LOCAL_PATH_CLASS.into()),
+            annotations: Some(BTreeMap::from([(
+                volume::ANN_IS_DEFAULT_CLASS.to_string(),
+                "true".to_string(),
+            )])),
+            ..Default::default()
+        },
+        provisioner: volume::LOCAL_PATH_PROVISIONER.into(),
+        reclaim_policy: Some("Delete".into()),
+        volume_binding_mode: Some("WaitForFirstConsumer".into()),
+        allow_volume_expansion: Some(true),
+        ..Default::default()
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Table printing (upstream's printers, pkg/printers/internalversion).
 
@@ -404,12 +526,10 @@ fn access_modes(modes: Option<&Vec<String>>) -> String {
     .join(",")
 }
 
-const BETA_STORAGE_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
-
 fn beta_storage_class(meta: &ObjectMeta) -> Option<&String> {
     meta.annotations
         .as_ref()
-        .and_then(|a| a.get(BETA_STORAGE_CLASS_ANNOTATION))
+        .and_then(|a| a.get(volume::ANN_BETA_STORAGE_CLASS))
 }
 
 /// A storage quantity as `Quantity.String()` prints it; a missing one is zero.
@@ -492,18 +612,8 @@ fn pvc_cells(pvc: &PersistentVolumeClaim, now: Timestamp) -> Vec<Value> {
     ]
 }
 
-const IS_DEFAULT_STORAGE_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
-const BETA_IS_DEFAULT_STORAGE_CLASS: &str = "storageclass.beta.kubernetes.io/is-default-class";
-
 fn storage_class_cells(sc: &StorageClass, now: Timestamp) -> Vec<Value> {
-    let annotations = sc.metadata.annotations.as_ref();
-    let is_default = [IS_DEFAULT_STORAGE_CLASS, BETA_IS_DEFAULT_STORAGE_CLASS]
-        .iter()
-        .any(|k| {
-            annotations
-                .and_then(|a| a.get(*k))
-                .is_some_and(|v| v == "true")
-        });
+    let is_default = volume::is_default_class(sc);
     let mut display_name = or_empty(sc.metadata.name.as_ref()).to_string();
     if is_default {
         display_name.push_str(" (default)");
@@ -617,6 +727,62 @@ mod tests {
                 json!("WaitForFirstConsumer"),
                 json!(false),
                 json!("<unknown>")
+            ]
+        );
+    }
+    fn errors<K: Kind>(obj: &K) -> Vec<String> {
+        let mut errs = Vec::new();
+        obj.validate(&mut errs);
+        errs.iter().map(ToString::to_string).collect()
+    }
+
+    fn update_errors<K: Kind>(new: &K, old: &K) -> Vec<String> {
+        let mut errs = Vec::new();
+        new.validate_update(old, &mut errs);
+        errs.iter().map(ToString::to_string).collect()
+    }
+
+    fn pv(spec: Value) -> PersistentVolume {
+        serde_json::from_value(json!({"metadata": {"name": "pv"}, "spec": spec})).unwrap()
+    }
+
+    #[test]
+    fn volumes_need_one_source_storage_capacity_and_local_affinity() {
+        let affinity = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}});
+        let ok = pv(
+            json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "local": {"path": "/mnt/a"}, "nodeAffinity": affinity}),
+        );
+        assert!(errors(&ok).is_empty(), "{:?}", errors(&ok));
+        assert_eq!(
+            errors(&pv(json!({"capacity": {"storage": "1Gi", "cpu": "1"},
+                "accessModes": ["ReadWriteOncePod", "ReadOnlyMany"],
+                "hostPath": {"path": "/a"}, "local": {"path": "/b"}}))),
+            [
+                "spec.accessModes: Forbidden: may not use ReadWriteOncePod with other access modes",
+                "spec.local: Forbidden: may not specify more than 1 volume type",
+                "spec.nodeAffinity: Required value: Local volume requires node affinity",
+                "spec.capacity: Unsupported value: [\"cpu\", \"storage\"]: supported values: \"storage\"",
+            ]
+        );
+        assert_eq!(
+            errors(&pv(json!({"capacity": {"storage": "1Gi"}}))),
+            [
+                "spec.accessModes: Required value: must specify at least 1 access mode",
+                "spec: Required value: must specify a volume type",
+            ]
+        );
+        let mut moved = ok.clone();
+        moved.spec.as_mut().unwrap().node_affinity = None;
+        moved.spec.as_mut().unwrap().local = Some(Default::default());
+        assert_eq!(
+            update_errors(&moved, &ok),
+            [
+                "spec.local.path: Required value",
+                "spec.nodeAffinity: Required value: Local volume requires node affinity",
+                "spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation",
+                "nodeAffinity: Invalid value: None: field is immutable",
             ]
         );
     }

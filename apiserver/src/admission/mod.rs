@@ -2,12 +2,15 @@
 //! objects through the registries (upstream's plugin/pkg/admission). Plugins that only look
 //! at the object itself are the kinds' `admit` strategies in `minik8s_api`.
 
+pub mod default_storage_class;
 pub mod limit_ranger;
 pub mod namespace_lifecycle;
 pub mod priority;
+pub mod pvc_resize;
 pub mod resource_quota;
 pub mod runtime_class;
 pub mod serviceaccount;
+pub mod storage_protection;
 pub mod webhook;
 
 /// Upstream's `--disable-admission-plugins`: which of this server's plugins are off.
@@ -19,12 +22,15 @@ pub struct AdmissionOptions {
 impl AdmissionOptions {
     /// The plugins this server has, as upstream names them.
     pub const PLUGINS: &'static [&'static str] = &[
+        default_storage_class::PLUGIN_NAME,
         limit_ranger::PLUGIN_NAME,
         namespace_lifecycle::PLUGIN_NAME,
         priority::PLUGIN_NAME,
+        pvc_resize::PLUGIN_NAME,
         resource_quota::PLUGIN_NAME,
         runtime_class::PLUGIN_NAME,
         serviceaccount::PLUGIN_NAME,
+        storage_protection::PLUGIN_NAME,
     ];
 
     pub fn enabled(&self, plugin: &str) -> bool {

@@ -24,4 +24,5 @@ mod protobuf;
 mod rest;
 mod serviceaccounts;
 mod services;
+mod storage;
 mod store;

@@ -458,7 +458,16 @@ async fn quotas_charge_new_pods_and_refuse_past_hard() {
 
 #[tokio::test]
 async fn updates_are_charged_and_bounded_too() {
-    let s = InProcess::start(Backend::Sqlite).await.unwrap();
+    // The claim grows while unbound: PersistentVolumeClaimResize (tested in `storage`) would
+    // refuse it before the quota is asked.
+    let s = InProcess::start_with(Backend::Sqlite, |c| {
+        c.serve
+            .admission
+            .disabled
+            .push("PersistentVolumeClaimResize".into())
+    })
+    .await
+    .unwrap();
     const QUOTAS: &str = "/api/v1/namespaces/default/resourcequotas";
     const CLAIMS: &str = "/api/v1/namespaces/default/persistentvolumeclaims";
     const SERVICES: &str = "/api/v1/namespaces/default/services";

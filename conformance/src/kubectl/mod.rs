@@ -31,6 +31,7 @@ mod nonresource;
 mod policy;
 mod scheduling;
 mod statefulset;
+mod storage;
 
 /// One kubectl binary of the matrix.
 #[derive(Clone)]
@@ -147,6 +148,12 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "statefulset" => statefulset::statefulset,
     "statefulset-rollout" => statefulset::statefulset_rollout,
     "daemonset-rollout" => statefulset::daemonset_rollout,
+    "storage-classes" => storage::storage_classes,
+    "pv-static-binding" => storage::static_binding,
+    "pv-retain" => storage::retain,
+    "pvc-protection" => storage::pvc_protection,
+    "pvc-expand" => storage::expand,
+    "pvc-dynamic-wffc" => storage::dynamic_wffc,
     "debug" => debug::debug,
     "knative-service" => knative::knative_service,
     "kubectl-fn" => knative::kubectl_fn,

@@ -27,3 +27,4 @@ mod scheduler;
 mod scheduler_pods;
 mod serviceaccount;
 mod statefulset;
+mod volume;
