@@ -25,4 +25,5 @@ mod resourcequota;
 mod rootcacertpublisher;
 mod scheduler;
 mod scheduler_pods;
+mod scheduler_volumes;
 mod serviceaccount;
