@@ -30,6 +30,7 @@ mod knative;
 mod nonresource;
 mod policy;
 mod scheduling;
+mod volumes;
 
 /// One kubectl binary of the matrix.
 #[derive(Clone)]
@@ -143,6 +144,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "limitrange-defaults" => policy::limitrange_defaults,
     "preemption" => scheduling::preemption,
     "runtime-class" => scheduling::runtime_class,
+    "persistent-volumes" => volumes::persistent_volumes,
     "debug" => debug::debug,
     "knative-service" => knative::knative_service,
     "kubectl-fn" => knative::kubectl_fn,
