@@ -20,7 +20,7 @@ pub mod volumes;
 
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -64,6 +64,9 @@ pub struct RunOptions {
 pub struct Sources {
     pub pods: Informer<Pod>,
     pub nodes: Informer<Node>,
+    /// Claims and volumes, whose changes wake the pods waiting on them.
+    pub claims: Informer<PersistentVolumeClaim>,
+    pub volumes: Informer<PersistentVolume>,
 }
 
 impl Sources {
@@ -76,6 +79,8 @@ impl Sources {
         Sources {
             pods: informers.selected(watcher::Config::default().fields(&pods), &pods),
             nodes: informers.selected(watcher::Config::default().fields(&nodes), &nodes),
+            claims: informers.of(),
+            volumes: informers.of(),
         }
     }
 
@@ -86,6 +91,8 @@ impl Sources {
         Sources {
             pods: informers.of(),
             nodes: informers.of(),
+            claims: informers.of(),
+            volumes: informers.of(),
         }
     }
 }
@@ -187,12 +194,62 @@ pub async fn run_with(
         let app = server::router(server::KubeletServer::new(shared.clone()));
         tokio::spawn(server::serve(listener, tls, app));
     }
+    let claim_wakeups = wake_claim_waiters(
+        sources.claims,
+        sources.volumes,
+        sources.pods.by_node(),
+        config.node_name.clone(),
+        shared.wake.clone(),
+    );
     tokio::join!(
         agent.run(node, sources.nodes),
         pod::manager::run(shared, sources.pods, wakes),
-        network
+        network,
+        claim_wakeups
     );
     Ok(())
+}
+
+/// Wakes the pods of this node that use a claim when the claim or its volume changes: a pod
+/// waits in ContainerCreating until its claims are bound, and is tried again then.
+async fn wake_claim_waiters(
+    claims: Informer<PersistentVolumeClaim>,
+    volumes: Informer<PersistentVolume>,
+    pods: minik8s_informers::Index<Pod>,
+    node: String,
+    wake: tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    use futures::StreamExt;
+    use minik8s_informers::Change;
+    // The claim a change concerns (`None`: any, after a relist).
+    let claim_key = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        Some((meta.namespace.clone()?, meta.name.clone()?))
+    };
+    let from_claims = claims.changes().map(move |c| match &c {
+        Change::Synced => Some(None),
+        _ => c.object().map(|o| claim_key(&o.metadata)),
+    });
+    let from_volumes = volumes.changes().map(|c| match &c {
+        Change::Synced => Some(None),
+        _ => c
+            .object()
+            .and_then(|pv| {
+                let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
+                Some((r.namespace.clone()?, r.name.clone()?))
+            })
+            .map(Some),
+    });
+    let mut changes = std::pin::pin!(futures::stream::select(from_claims, from_volumes));
+    while let Some(change) = changes.next().await {
+        let Some(claim) = change else { continue };
+        let mine = pods.get(&node);
+        let claim = claim.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str()));
+        for pod in volumes::waiting_pods(&mine, claim) {
+            if let Some(uid) = pod.metadata.uid.clone() {
+                let _ = wake.send(uid);
+            }
+        }
+    }
 }
 
 /// Sets up the pod network once the node has a pod range: the one the node IPAM controller

@@ -940,3 +940,212 @@ async fn service_account_token_projection() {
         .await
         .unwrap();
 }
+
+/// Creates claim `name` (Pending) and, when `pv` is given, a volume bound to it, with the
+/// claim bound as the PV controller binds it.
+async fn claim_and_volume(env: &Env, name: &str, pv: Option<serde_json::Value>) {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(env.client.clone(), "default");
+    let existing = claims.get_opt(name).await.unwrap();
+    let claim = match existing {
+        Some(c) => c,
+        None => {
+            let c = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"storageClassName": "", "accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}},
+            }))
+            .unwrap();
+            claims.create(&PostParams::default(), &c).await.unwrap()
+        }
+    };
+    let Some(mut spec) = pv else { return };
+    let pv_name = format!("pv-{name}");
+    spec["claimRef"] = json!({"namespace": "default", "name": name, "uid": claim.metadata.uid});
+    spec["capacity"] = json!({"storage": "1Gi"});
+    spec["accessModes"] = json!(["ReadWriteOnce"]);
+    let volumes: Api<PersistentVolume> = Api::all(env.client.clone());
+    let volume =
+        serde_json::from_value(json!({"metadata": {"name": pv_name}, "spec": spec})).unwrap();
+    volumes
+        .create(&PostParams::default(), &volume)
+        .await
+        .unwrap();
+    claims
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"volumeName": pv_name}})),
+        )
+        .await
+        .unwrap();
+    claims
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+        )
+        .await
+        .unwrap();
+}
+
+fn claim_volume(name: &str, read_only: bool) -> serde_json::Value {
+    json!([{"name": "data", "persistentVolumeClaim": {"claimName": name, "readOnly": read_only}}])
+}
+
+#[tokio::test]
+async fn claims_wait_until_bound_then_mount_their_local_volume() {
+    let env = Env::start().await;
+    let disk = env.tmp.path().join("disk");
+    fs::create_dir_all(&disk).unwrap();
+    fs::write(disk.join("old"), "kept").unwrap();
+    let mounts = json!([
+        {"name": "data", "mountPath": "/data"},
+        {"name": "data", "mountPath": "/sub", "subPath": "nested/dir"}
+    ]);
+    let mut p = pod("uid-claim", claim_volume("data", false), container(mounts));
+    p.spec.as_mut().unwrap().security_context =
+        Some(serde_json::from_value(json!({"fsGroup": 2345})).unwrap());
+
+    let missing = env.vm.setup(&p).await.unwrap_err();
+    assert_eq!(missing.reason(), "FailedMount");
+    assert!(missing.waits_on_claims());
+    assert_eq!(
+        missing.to_string(),
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], \
+         failed to process volumes=[data]: error processing PVC default/data: failed to fetch \
+         PVC from API server: persistentvolumeclaims \"data\" not found"
+    );
+    claim_and_volume(&env, "data", None).await;
+    assert_eq!(
+        env.vm.setup(&p).await.unwrap_err().to_string(),
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], \
+         failed to process volumes=[data]: error processing PVC default/data: PVC is not bound"
+    );
+
+    claim_and_volume(&env, "data", Some(json!({"local": {"path": disk}}))).await;
+    let vols = env.vm.setup(&p).await.unwrap();
+    let vol = vols.get("data").unwrap();
+    assert_eq!(vol.plugin, Plugin::Local);
+    assert_eq!(
+        vol.path,
+        env.vm
+            .pod_dir("uid-claim")
+            .join("volumes/kubernetes.io~local-volume/pv-data")
+    );
+    assert!(!vol.read_only);
+    // The node's directory, bind-mounted, with the pod's fsGroup.
+    assert_eq!(read(&vol.path.join("old")), "kept");
+    let root = fs::metadata(&disk).unwrap();
+    assert_eq!(root.gid(), 2345);
+    assert_eq!(root.mode() & 0o7777, 0o2770 | (root.mode() & 0o007));
+    assert_eq!(fs::metadata(disk.join("old")).unwrap().gid(), 2345);
+    // Setting up again changes nothing.
+    assert_eq!(env.vm.setup(&p).await.unwrap(), vols);
+
+    let c: Container = p.spec.as_ref().unwrap().containers[0].clone();
+    let m = env.vm.mounts(&p, &vols, &c, &BTreeMap::new()).unwrap();
+    assert!(!find(&m, "/data").readonly);
+    assert!(
+        disk.join("nested/dir").is_dir(),
+        "subPath made in the volume"
+    );
+
+    env.vm.teardown("uid-claim").await.unwrap();
+    assert!(!env.vm.pod_dir("uid-claim").exists());
+    assert_eq!(
+        read(&disk.join("old")),
+        "kept",
+        "the node's data outlives the pod"
+    );
+}
+
+#[tokio::test]
+async fn claims_honour_read_only_and_refuse_what_cannot_be_mounted() {
+    let env = Env::start().await;
+    let host = env.tmp.path().join("host");
+    fs::create_dir_all(&host).unwrap();
+    claim_and_volume(
+        &env,
+        "host",
+        Some(json!({"hostPath": {"path": host, "type": "Directory"}})),
+    )
+    .await;
+    let p = pod(
+        "uid-ro",
+        claim_volume("host", true),
+        container(json!([{"name": "data", "mountPath": "/data"}])),
+    );
+    let vols = env.vm.setup(&p).await.unwrap();
+    let vol = vols.get("data").unwrap();
+    assert_eq!(
+        (vol.plugin, vol.path.clone(), vol.read_only),
+        (Plugin::HostPath, host.clone(), true)
+    );
+    let c: Container = p.spec.as_ref().unwrap().containers[0].clone();
+    let m = env.vm.mounts(&p, &vols, &c, &BTreeMap::new()).unwrap();
+    assert!(
+        find(&m, "/data").readonly,
+        "the claim's readOnly makes the mount read-only"
+    );
+    env.vm.teardown("uid-ro").await.unwrap();
+
+    // A local path that is gone.
+    claim_and_volume(
+        &env,
+        "gone",
+        Some(json!({"local": {"path": env.tmp.path().join("gone")}})),
+    )
+    .await;
+    let p = pod(
+        "uid-gone",
+        claim_volume("gone", false),
+        container(json!([])),
+    );
+    assert_eq!(
+        env.vm.setup(&p).await.unwrap_err().to_string(),
+        format!(
+            "MountVolume.NewMounter initialization failed for volume \"pv-gone\" : path {:?} does not exist",
+            env.tmp.path().join("gone").display().to_string()
+        )
+    );
+
+    // A source this kubelet has no plugin for.
+    claim_and_volume(
+        &env,
+        "nfs",
+        Some(json!({"nfs": {"server": "nfs.example", "path": "/export"}})),
+    )
+    .await;
+    let p = pod("uid-nfs", claim_volume("nfs", false), container(json!([])));
+    assert_eq!(
+        env.vm.setup(&p).await.unwrap_err().to_string(),
+        "MountVolume.SetUp failed for volume \"pv-nfs\" : nfs volumes are not supported by this kubelet"
+    );
+
+    // Block volumes are refused, whether mounted or used as devices.
+    claim_and_volume(
+        &env,
+        "block",
+        Some(json!({"volumeMode": "Block", "local": {"path": host}})),
+    )
+    .await;
+    let mut p = pod(
+        "uid-block",
+        claim_volume("block", false),
+        container(json!([])),
+    );
+    p.spec.as_mut().unwrap().containers[0].volume_devices = Some(vec![
+        serde_json::from_value(json!({"name": "data", "devicePath": "/dev/xvda"})).unwrap(),
+    ]);
+    let e = env.vm.setup(&p).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], \
+         failed to process volumes=[data]: error processing PVC default/block: volume data has \
+         volumeMode Block: block volumes are not supported by this kubelet"
+    );
+    for uid in ["uid-gone", "uid-nfs", "uid-block"] {
+        env.vm.teardown(uid).await.unwrap();
+    }
+}

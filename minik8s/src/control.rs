@@ -121,6 +121,10 @@ pub struct SchedulerArgs {
     /// LeastCpu or LeastMem.
     #[arg(long, default_value = "LeastAllocated")]
     pub scoring_strategy: ScoringStrategy,
+    /// How long a pod's binding waits for its PersistentVolumeClaims to be bound or
+    /// provisioned (kube-scheduler's VolumeBinding `bindTimeoutSeconds`).
+    #[arg(long, default_value_t = 600)]
+    pub bind_timeout_seconds: u64,
 }
 
 impl SchedulerArgs {
@@ -128,6 +132,7 @@ impl SchedulerArgs {
         SchedulerOptions {
             scoring_strategy: self.scoring_strategy,
             leader_elect,
+            bind_timeout: std::time::Duration::from_secs(self.bind_timeout_seconds),
         }
     }
 }

@@ -32,6 +32,7 @@ mod policy;
 mod scheduling;
 mod statefulset;
 mod storage;
+mod volumes;
 
 /// One kubectl binary of the matrix.
 #[derive(Clone)]
@@ -154,6 +155,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "pvc-protection" => storage::pvc_protection,
     "pvc-expand" => storage::expand,
     "pvc-dynamic-wffc" => storage::dynamic_wffc,
+    "persistent-volumes" => volumes::persistent_volumes,
     "debug" => debug::debug,
     "knative-service" => knative::knative_service,
     "kubectl-fn" => knative::kubectl_fn,

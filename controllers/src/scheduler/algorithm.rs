@@ -11,6 +11,7 @@ use super::filters::{self, PodFilters, Rejection};
 use super::pod_affinity::{self, NamespaceLabels};
 use super::scoring::{self, Candidate, ScoringStrategy};
 use super::topology_spread;
+use super::volume_binding;
 
 /// Why a pod could not be placed; its `Display` is the message of the `FailedScheduling`
 /// event and of the PodScheduled condition.
@@ -18,9 +19,11 @@ use super::topology_spread;
 pub enum ScheduleError {
     #[error("no nodes available to schedule pods")]
     NoNodes,
-    #[error("{}", fit_message(.num_nodes, .rejections, *.preemption_never))]
+    #[error("{}", fit_message(.num_nodes, .rejections, *.preemption_never, .prefilter.as_deref()))]
     Unfit {
         num_nodes: usize,
+        /// A PreFilter's reason, which stands for every node's.
+        prefilter: Option<String>,
         /// One per node.
         rejections: Vec<Rejection>,
         /// The pod may not preempt (`preemptionPolicy: Never`).
@@ -38,14 +41,11 @@ impl ScheduleError {
             ScheduleError::Unfit {
                 num_nodes,
                 rejections,
+                prefilter,
                 ..
             } => format!(
                 "0/{num_nodes} nodes are available: {}.",
-                histogram(
-                    rejections
-                        .iter()
-                        .flat_map(|r| r.reasons.iter().map(String::as_str))
-                )
+                filter_reasons(rejections, prefilter.as_deref())
             ),
             other => other.to_string(),
         }
@@ -80,6 +80,8 @@ pub struct Context<'a> {
     pub nominated: Vec<(&'a str, &'a PodInfo)>,
     /// A node's predicted use (millicores, bytes), for the load-aware strategies.
     pub load: &'a dyn Fn(&str) -> Option<(i64, i64)>,
+    /// The claims, volumes and classes (VolumeBinding); `None` before their caches exist.
+    pub volumes: Option<&'a dyn volume_binding::Objects>,
 }
 
 /// The filters' states for `pod` that depend on other pods (upstream's PreFilter).
@@ -91,9 +93,18 @@ pub fn pod_filters(
     context: &Context<'_>,
 ) -> (topology_spread::Constraints, PodFilters) {
     let spread = topology_spread::constraints(pod, context.default_spread_selector.as_ref());
+    let (volumes, prefilter_rejection) = match context.volumes {
+        Some(objects) => match volume_binding::prefilter(pod, objects) {
+            Ok(claims) => (claims, None),
+            Err(message) => (None, Some(message)),
+        },
+        None => (None, None),
+    };
     let pods = PodFilters {
         spread: topology_spread::prefilter(pod, info, &spread, nodes, cache),
         affinity: pod_affinity::prefilter(info, nodes, cache, context.namespace_labels),
+        volumes,
+        prefilter_rejection,
     };
     (spread, pods)
 }
@@ -109,15 +120,29 @@ fn histogram<'a>(reasons: impl Iterator<Item = &'a str>) -> String {
     parts.join(", ")
 }
 
+/// The filters' part of upstream's `FitError.Error()`: a PreFilter's message alone (the
+/// same status was given to every node), else each reason counted over the nodes.
+fn filter_reasons(rejections: &[Rejection], prefilter: Option<&str>) -> String {
+    match prefilter {
+        Some(message) => message.to_string(),
+        None => histogram(
+            rejections
+                .iter()
+                .flat_map(|r| r.reasons.iter().map(String::as_str)),
+        ),
+    }
+}
+
 /// Upstream's `FitError.Error()` followed by what its default preemption plugin reports when
 /// it finds no victims: nodes where evictions could help are reported as having none, the
 /// others as not helped by preemption.
-fn fit_message(num_nodes: &usize, rejections: &[Rejection], preemption_never: bool) -> String {
-    let filters = histogram(
-        rejections
-            .iter()
-            .flat_map(|r| r.reasons.iter().map(String::as_str)),
-    );
+fn fit_message(
+    num_nodes: &usize,
+    rejections: &[Rejection],
+    preemption_never: bool,
+    prefilter: Option<&str>,
+) -> String {
+    let filters = filter_reasons(rejections, prefilter);
     let preemption = if preemption_never {
         "not eligible due to preemptionPolicy=Never.".to_string()
     } else {
@@ -177,6 +202,20 @@ pub fn schedule(
         return Err(ScheduleError::NoNodes);
     }
     let (spread, pods) = pod_filters(pod, info, nodes, cache, context);
+    let preemption_never = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.preemption_policy.as_deref())
+        == Some("Never");
+    if let Some(message) = &pods.prefilter_rejection {
+        return Err(ScheduleError::Unfit {
+            num_nodes: nodes.len(),
+            prefilter: Some(message.clone()),
+            rejections: vec![Rejection::unresolvable(message.clone()); nodes.len()],
+            preemption_never,
+            preemptable: vec![],
+        });
+    }
     let empty = NodeUsage::default();
     let mut rejections = Vec::new();
     let mut preemptable = Vec::new();
@@ -234,12 +273,9 @@ pub fn schedule(
         Some(i) => Ok(candidates[i].name.to_string()),
         None => Err(ScheduleError::Unfit {
             num_nodes: nodes.len(),
+            prefilter: None,
             rejections,
-            preemption_never: pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.preemption_policy.as_deref())
-                == Some("Never"),
+            preemption_never,
             preemptable,
         }),
     }
@@ -305,6 +341,7 @@ mod tests {
             default_spread_selector: None,
             nominated: vec![],
             load: &|_| None,
+            volumes: None,
         };
         schedule(
             p,
@@ -368,6 +405,7 @@ mod tests {
             default_spread_selector: Some(Selector::parse("app=web").unwrap()),
             nominated: vec![],
             load: &|_| None,
+            volumes: None,
         };
         let mut cache = Cache::default();
         let mut counts = BTreeMap::new();
@@ -547,6 +585,7 @@ mod tests {
                 default_spread_selector: None,
                 nominated: vec![],
                 load: &load,
+                volumes: None,
             };
             let cache = Cache::default();
             schedule(

@@ -14,7 +14,7 @@ use minik8s_api::selector::{Requirement, Selector};
 
 use super::cache::{HostPort, NodeState, NodeUsage, PodInfo};
 use super::resources::Resources;
-use super::{pod_affinity, topology_spread};
+use super::{pod_affinity, topology_spread, volume_binding};
 
 pub const ERR_NODE_NAME: &str = "node(s) didn't match the requested node name";
 pub const ERR_UNSCHEDULABLE: &str = "node(s) were unschedulable";
@@ -56,6 +56,11 @@ impl Rejection {
 pub struct PodFilters {
     pub spread: Option<topology_spread::FilterState>,
     pub affinity: Option<pod_affinity::FilterState>,
+    /// The pod's claims (VolumeBinding's PreFilter), when it has any.
+    pub volumes: Option<volume_binding::PodClaims>,
+    /// Why no node can take the pod, when a PreFilter said so (its message stands for every
+    /// node's reasons).
+    pub prefilter_rejection: Option<String>,
 }
 
 /// Every filter, in upstream's order.
@@ -66,6 +71,9 @@ pub fn run_all(
     usage: &NodeUsage,
     pods: &PodFilters,
 ) -> Result<(), Rejection> {
+    if let Some(message) = &pods.prefilter_rejection {
+        return Err(Rejection::unresolvable(message.clone()));
+    }
     node_unschedulable(pod, &node.node)?;
     node_name(pod, &node.node)?;
     taint_toleration(pod, &node.taints)?;
@@ -78,6 +86,9 @@ pub fn run_all(
         &usage.requested,
         usage.pods,
     )?;
+    if let Some(claims) = &pods.volumes {
+        volume_binding::filter(claims, &node.node)?;
+    }
     if let Some(state) = &pods.spread {
         topology_spread::filter(state, info, &node.node)?;
     }

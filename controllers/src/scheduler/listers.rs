@@ -6,12 +6,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{
+    Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use minik8s_api::selector::{Requirement, Selector};
 
+use super::volume_binding::StorageListers;
 use crate::informers::{Cache as Lister, Informers};
 
 /// The caches a decision reads beyond pods and nodes: namespaces for affinity terms'
@@ -23,6 +27,8 @@ pub struct Listers {
     replica_sets: Lister<ReplicaSet>,
     stateful_sets: Lister<StatefulSet>,
     pub budgets: Lister<PodDisruptionBudget>,
+    /// Claims, volumes and classes, for VolumeBinding.
+    pub storage: StorageListers,
 }
 
 impl Listers {
@@ -37,11 +43,14 @@ impl Listers {
                 self.replica_sets.wait_until_ready(),
                 self.stateful_sets.wait_until_ready(),
                 self.budgets.wait_until_ready(),
+                self.storage.claims.wait_until_ready(),
+                self.storage.volumes.wait_until_ready(),
+                self.storage.classes.wait_until_ready(),
             );
         };
         if tokio::time::timeout(limit, all).await.is_err() {
             tracing::warn!(
-                "scheduling before the namespace, service, controller and budget caches are complete"
+                "scheduling before the namespace, service, controller, budget and storage caches are complete"
             );
         }
     }
@@ -54,6 +63,11 @@ impl Listers {
             replica_sets: informers.of::<ReplicaSet>().store(),
             stateful_sets: informers.of::<StatefulSet>().store(),
             budgets: informers.of::<PodDisruptionBudget>().store(),
+            storage: StorageListers {
+                claims: informers.of::<PersistentVolumeClaim>().store(),
+                volumes: informers.of::<PersistentVolume>().store(),
+                classes: informers.of::<StorageClass>().store(),
+            },
         }
     }
 

@@ -1,13 +1,14 @@
-//! The scheduler (upstream's kube-scheduler with its default profile, minus preemption and
-//! volumes): it places every pod that names `default-scheduler` (or no
-//! scheduler) and no node.
+//! The scheduler (upstream's kube-scheduler with its default profile): it places every pod
+//! that names `default-scheduler` (or no scheduler) and no node.
 //!
 //! One task owns all state, as upstream's single scheduling loop does: it takes pod and node
 //! watch events, keeps the per-node accounting ([`cache`]) and the queue of waiting pods
 //! ([`queue`]) up to date, and decides one pod at a time from memory, never listing anything.
 //! Only the API calls (bind, status, events) run concurrently, as upstream's binding cycle
 //! does, and a decision is counted on its node at once ([`cache::Cache::assume`]) so the next
-//! decision sees it. A bind goes through the `pods/binding` subresource, which refuses a pod
+//! decision sees it. A pod whose claims wait for their first consumer has them bound (or
+//! provisioned) on the chosen node first ([`volume_binding`]), in its binding task, so that
+//! waiting for them holds up no other pod. A bind goes through the `pods/binding` subresource, which refuses a pod
 //! already bound or replaced by a new one of the same name (the UID travels in the Binding).
 
 pub mod algorithm;
@@ -21,6 +22,7 @@ pub mod queue;
 pub mod resources;
 pub mod scoring;
 pub mod topology_spread;
+pub mod volume_binding;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -29,7 +31,10 @@ use std::time::Duration;
 
 use crate::util::events::Recorder;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{
+    Binding, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Reporter};
@@ -63,6 +68,9 @@ const LEFTOVER_FLUSH_PERIOD: Duration = Duration::from_secs(30);
 pub struct SchedulerOptions {
     pub scoring_strategy: ScoringStrategy,
     pub leader_elect: bool,
+    /// How long a pod's binding waits for its claims to be bound (VolumeBinding's
+    /// `bindTimeoutSeconds`).
+    pub bind_timeout: Duration,
 }
 
 impl Default for SchedulerOptions {
@@ -70,6 +78,7 @@ impl Default for SchedulerOptions {
         SchedulerOptions {
             scoring_strategy: ScoringStrategy::default(),
             leader_elect: true,
+            bind_timeout: volume_binding::DEFAULT_BIND_TIMEOUT,
         }
     }
 }
@@ -84,10 +93,9 @@ pub async fn run(
     options: SchedulerOptions,
     shutdown: impl Future<Output = ()>,
 ) {
-    let strategy = options.scoring_strategy;
     if !options.leader_elect {
         tokio::select! {
-            _ = run_scheduler(informers, client, strategy) => {}
+            _ = run_scheduler(informers, client, options) => {}
             _ = shutdown => {}
         }
         return;
@@ -95,16 +103,19 @@ pub async fn run(
     run_while_leader(
         client.clone(),
         LeaderElectionConfig::new("kube-scheduler"),
-        || run_scheduler(informers.clone(), client.clone(), strategy),
+        || run_scheduler(informers.clone(), client.clone(), options.clone()),
         shutdown,
     )
     .await
 }
 
 /// Schedules until dropped (its API calls are dropped with it).
-pub async fn run_scheduler(informers: Arc<Informers>, client: Client, strategy: ScoringStrategy) {
+pub async fn run_scheduler(informers: Arc<Informers>, client: Client, options: SchedulerOptions) {
+    let strategy = options.scoring_strategy;
     tracing::info!(%strategy, "starting the scheduler");
-    Scheduler::new(client, strategy).run(&informers).await
+    Scheduler::new(client, strategy, options.bind_timeout)
+        .run(&informers)
+        .await
 }
 
 /// Whether this scheduler is responsible for the pod.
@@ -124,10 +135,17 @@ fn assigned_node(pod: &Pod) -> Option<&str> {
 
 /// What a finished background task reports back to the loop.
 enum Outcome {
-    Bound,
+    Bound {
+        uid: String,
+    },
     BindFailed {
         queued: QueuedPod,
         error: kube::Error,
+    },
+    /// Its claims could not be bound (VolumeBinding's PreBind); the message says why.
+    PreBindFailed {
+        queued: QueuedPod,
+        message: String,
     },
     Recorded,
     /// A sample of the nodes' measured use (load-aware strategies).
@@ -138,6 +156,10 @@ enum Outcome {
 enum Step {
     Pod(Change<Pod>),
     Node(Change<Node>),
+    /// A claim changed (upstream's hint: pods using it may fit now).
+    Claim(Change<PersistentVolumeClaim>),
+    /// A volume or class changed: any pod with claims may fit now.
+    Storage,
     TaskDone(Outcome),
     BackoffExpired,
     FlushLeftovers,
@@ -167,10 +189,15 @@ struct Scheduler {
     nominated: HashMap<String, (String, PodInfo)>,
     /// The nodes' measured use, for the load-aware strategies.
     loads: load::NodeLoads,
+    /// Volumes and claims being bound for pods in their binding tasks.
+    assumed_volumes: volume_binding::Assumed,
+    /// What binding tasks wait on for claims to be bound.
+    bind_watch: Option<volume_binding::BindWatch>,
+    bind_timeout: Duration,
 }
 
 impl Scheduler {
-    fn new(client: Client, strategy: ScoringStrategy) -> Self {
+    fn new(client: Client, strategy: ScoringStrategy, bind_timeout: Duration) -> Self {
         let reporter = Reporter {
             controller: SCHEDULER_NAME.into(),
             instance: None,
@@ -191,6 +218,9 @@ impl Scheduler {
             listers: None,
             nominated: HashMap::new(),
             loads: load::NodeLoads::default(),
+            assumed_volumes: volume_binding::Assumed::default(),
+            bind_watch: None,
+            bind_timeout,
         }
     }
 
@@ -202,7 +232,23 @@ impl Scheduler {
         let (pod_cache, node_cache) = (pod_informer.store(), node_informer.store());
         let pods = pod_informer.changes();
         let nodes = node_informer.changes();
-        futures::pin_mut!(pods, nodes);
+        let (claim_informer, volume_informer) = (
+            informers.of::<PersistentVolumeClaim>(),
+            informers.of::<PersistentVolume>(),
+        );
+        self.bind_watch = Some(volume_binding::BindWatch {
+            claims: claim_informer.clone(),
+            volumes: volume_informer.clone(),
+            pods: pod_informer.store(),
+            nodes: node_informer.store(),
+            timeout: self.bind_timeout,
+        });
+        let claims = claim_informer.changes();
+        let storage = futures::stream::select(
+            volume_informer.changes().map(|_| ()),
+            informers.of::<StorageClass>().changes().map(|_| ()),
+        );
+        futures::pin_mut!(pods, nodes, claims, storage);
         let mut leftovers = tokio::time::interval(LEFTOVER_FLUSH_PERIOD);
         let mut loads = tokio::time::interval(load::REFRESH_PERIOD);
         let load_aware = self.strategy.load_aware();
@@ -216,6 +262,14 @@ impl Scheduler {
                 },
                 change = nodes.next() => match change {
                     Some(change) => Step::Node(change),
+                    None => Step::Stop,
+                },
+                change = claims.next() => match change {
+                    Some(change) => Step::Claim(change),
+                    None => Step::Stop,
+                },
+                change = storage.next() => match change {
+                    Some(()) => Step::Storage,
                     None => Step::Stop,
                 },
                 Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => match done {
@@ -235,6 +289,20 @@ impl Scheduler {
             match step {
                 Step::Pod(change) => self.on_pod_change(change, &pod_cache, now),
                 Step::Node(change) => self.on_node_change(change, &node_cache, now),
+                Step::Claim(change) => match change.object() {
+                    Some(claim) => {
+                        let (ns, name) = (claim.namespace().unwrap_or_default(), claim.name_any());
+                        self.queue.move_unschedulable_if(now, |p| {
+                            volume_binding::uses_claim(p, &ns, &name)
+                        });
+                    }
+                    None => self
+                        .queue
+                        .move_unschedulable_if(now, volume_binding::has_claims),
+                },
+                Step::Storage => self
+                    .queue
+                    .move_unschedulable_if(now, volume_binding::has_claims),
                 Step::TaskDone(outcome) => self.on_outcome(outcome, now),
                 Step::BackoffExpired => self.queue.flush_backoff(now),
                 Step::FlushLeftovers => self.queue.flush_unschedulable_leftovers(now),
@@ -362,13 +430,32 @@ impl Scheduler {
 
     fn on_outcome(&mut self, outcome: Outcome, now: Instant) {
         let (queued, error) = match outcome {
-            Outcome::BindFailed { queued, error } => (queued, error),
+            Outcome::BindFailed { queued, error } => {
+                self.assumed_volumes.forget(&queued.uid());
+                (queued, error)
+            }
+            Outcome::PreBindFailed { queued, message } => {
+                let uid = queued.uid();
+                self.assumed_volumes.forget(&uid);
+                let still_waiting = self.cache.is_assumed(&uid);
+                self.cache.forget(&uid);
+                tracing::warn!(pod = %format!("{}/{}", queued.pod.namespace().unwrap_or_default(), queued.pod.name_any()), %message, "binding volumes failed");
+                if still_waiting {
+                    let pod = queued.pod.clone();
+                    self.queue.requeue_backoff(queued, now);
+                    self.spawn_failure_record(pod, message);
+                }
+                // Its node has room again.
+                self.queue.move_all_unschedulable(now);
+                return;
+            }
             Outcome::Loads(Ok(measured)) => return self.loads.record(measured),
             Outcome::Loads(Err(error)) => {
                 tracing::warn!(%error, "reading the node metrics failed; load-aware scores use the last sample");
                 return;
             }
-            Outcome::Bound | Outcome::Recorded => return,
+            Outcome::Bound { uid } => return self.assumed_volumes.forget(&uid),
+            Outcome::Recorded => return,
         };
         let uid = queued.uid();
         let pod = queued.pod.clone();
@@ -408,7 +495,12 @@ impl Scheduler {
             .collect();
         let loads = self.loads.clone();
         let load = move |node: &str| loads.predicted(node, now);
+        let view = listers.map(|l| volume_binding::View {
+            listers: &l.storage,
+            assumed: &self.assumed_volumes,
+        });
         let context = algorithm::Context {
+            volumes: view.as_ref().map(|v| v as &dyn volume_binding::Objects),
             namespace_labels: &namespace_labels,
             default_spread_selector: listers
                 .filter(|_| !own_constraints)
@@ -454,9 +546,24 @@ impl Scheduler {
             }
             _ => None,
         };
+        // VolumeBinding's Reserve: what binding the claims on the chosen node takes.
+        let node_volumes = match (&decision, &context.volumes) {
+            (Ok(node), Some(objects)) if volume_binding::has_claims(&pod) => {
+                volume_binding::prefilter(&pod, *objects)
+                    .ok()
+                    .flatten()
+                    .and_then(|claims| volume_binding::filter(&claims, &self.nodes[node].node).ok())
+                    .filter(|v| !v.all_bound())
+            }
+            _ => None,
+        };
         match decision {
             Ok(node) => {
                 tracing::debug!(%node, "assuming");
+                if let Some(volumes) = &node_volumes {
+                    self.assumed_volumes.assume(&uid, volumes.clone());
+                }
+                let watch = self.bind_watch.clone();
                 self.nominated.remove(&uid);
                 if self.strategy.load_aware() {
                     self.loads.placed(&node, &info, now);
@@ -469,6 +576,18 @@ impl Scheduler {
                 let binds = self.binds.clone();
                 self.tasks.spawn(
                     async move {
+                        if let (Some(volumes), Some(watch)) = (node_volumes, watch)
+                            && let Err(message) = volume_binding::bind_volumes(
+                                client.clone(),
+                                watch,
+                                &queued.pod,
+                                &node,
+                                volumes,
+                            )
+                            .await
+                        {
+                            return Outcome::PreBindFailed { queued, message };
+                        }
                         let permit = binds.acquire_owned().await;
                         bind(client, recorder, queued, node, permit).await
                     }
@@ -560,7 +679,7 @@ async fn bind(
             if let Err(e) = recorder.publish(&event, &pod.object_ref(&())).await {
                 tracing::debug!(error = %e, "recording the Scheduled event");
             }
-            Outcome::Bound
+            Outcome::Bound { uid: queued.uid() }
         }
         Err(error) => Outcome::BindFailed { queued, error },
     }

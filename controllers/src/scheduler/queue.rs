@@ -211,6 +211,12 @@ impl SchedulingQueue {
         self.move_unschedulable_where(now, |_| true);
     }
 
+    /// Something changed that may let the unschedulable pods for which `helps` says so fit
+    /// (upstream's queueing hints).
+    pub fn move_unschedulable_if(&mut self, now: Instant, helps: impl Fn(&Pod) -> bool) {
+        self.move_unschedulable_where(now, |e| helps(&e.pod));
+    }
+
     /// A pod was placed, changed or removed: retry the pods that other pods kept out
     /// (upstream's AssignedPodAdd/Update for InterPodAffinity and PodTopologySpread).
     pub fn move_pod_waiters(&mut self, now: Instant) {

@@ -25,6 +25,7 @@ mod resourcequota;
 mod rootcacertpublisher;
 mod scheduler;
 mod scheduler_pods;
+mod scheduler_volumes;
 mod serviceaccount;
 mod statefulset;
 mod volume;

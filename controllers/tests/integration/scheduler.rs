@@ -92,6 +92,7 @@ pub(crate) fn start_scheduler(
         SchedulerOptions {
             scoring_strategy: strategy,
             leader_elect: false,
+            ..Default::default()
         },
         std::future::pending(),
     ))

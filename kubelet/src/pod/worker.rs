@@ -23,6 +23,10 @@ use super::status::{self, Inputs, ProbeState, Waiting};
 use crate::config::KubeletConfig;
 use crate::runtime::{Runtime, RuntimeError};
 
+/// How long a pod whose claims are not bound waits before it is tried again without a change
+/// to its claims (upstream's pod worker `backOffPeriod`).
+const CLAIM_RETRY: Duration = Duration::from_secs(10);
+
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     #[error("runtime: {0}")]
@@ -610,8 +614,15 @@ impl Shared {
                     }
                     let rt = self.runtime_pod(&pod_uid).await?;
                     self.report(pod, &rt).await?;
+                    // A pod waiting on claims is woken when one changes (the kubelet watches
+                    // them); past that, upstream's pod worker back-off.
+                    let retry = if e.waits_on_claims() {
+                        CLAIM_RETRY
+                    } else {
+                        Duration::from_secs(2)
+                    };
                     return Ok(Outcome {
-                        requeue_after: Some(Duration::from_secs(2)),
+                        requeue_after: Some(retry),
                         ..Default::default()
                     });
                 }

@@ -9,15 +9,19 @@
 //! volumes/kubernetes.io~projected/<name>      projected   (atomic writer, own tmpfs)
 //! volume-subpaths/<volume>/<container>/<i>    bind mounts of checked subPaths
 //! containers/<container>/<id>                 termination-message files
+//!
+//! volumes/kubernetes.io~local-volume/<pv>    a bound claim's local volume, bind-mounted
 //! ```
 //!
-//! hostPath volumes are the host's own paths, type-checked (or created) before use.
+//! hostPath volumes are the host's own paths, type-checked (or created) before use; so are the
+//! hostPath volumes of claims ([`claim`]).
 //! [`VolumeManager::setup`] runs on every pod sync and is idempotent; [`VolumeManager::mounts`]
 //! turns a container's `volumeMounts` into CRI mounts; [`VolumeManager::refresh`] rewrites
 //! changed ConfigMap/Secret/downward API content atomically; [`VolumeManager::teardown`]
 //! unmounts everything below the pod's directory and removes it.
 
 mod atomic_writer;
+mod claim;
 mod configmap;
 mod downward_api;
 mod empty_dir;
@@ -44,6 +48,7 @@ use k8s_openapi::api::core::v1::{
 };
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 
+pub use claim::{claim_of, uses_claim, waiting_pods};
 pub use termination::{
     DEFAULT_TERMINATION_MESSAGE_PATH, MAX_TERMINATION_MESSAGE_LENGTH, read_termination_message,
 };
@@ -65,6 +70,21 @@ pub enum VolumeError {
         volume: String,
         reason: String,
     },
+    /// A claim of the pod is missing, not bound, or of a kind its containers cannot use
+    /// (upstream's populator errors, reported by WaitForAttachAndMount): the pod waits.
+    #[error(
+        "Unable to attach or mount volumes: unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[{}]: {}",
+        .unmounted.join(" "), .failed.join(" "), .errors.join("; ")
+    )]
+    Unprocessed {
+        unmounted: Vec<String>,
+        failed: Vec<String>,
+        errors: Vec<String>,
+    },
+    /// A claim's volume cannot be mounted by its plugin at all (a local path that is not a
+    /// directory...).
+    #[error("MountVolume.NewMounter initialization failed for volume \"{volume}\" : {reason}")]
+    NewMounter { volume: String, reason: String },
     #[error("UnmountVolume.TearDown failed for pod \"{pod_uid}\" : {reason}")]
     TearDown { pod_uid: String, reason: String },
     /// The pod (or pods directory) cannot hold volumes: no UID, an unsafe name...
@@ -76,7 +96,9 @@ impl VolumeError {
     /// The event or waiting reason upstream uses for this error.
     pub fn reason(&self) -> &'static str {
         match self {
-            VolumeError::SetUp { .. } => "FailedMount",
+            VolumeError::SetUp { .. }
+            | VolumeError::Unprocessed { .. }
+            | VolumeError::NewMounter { .. } => "FailedMount",
             VolumeError::Mount { .. } => "CreateContainerConfigError",
             VolumeError::TearDown { .. } => "FailedUnmount",
             VolumeError::Invalid(_) => "FailedMount",
@@ -86,9 +108,17 @@ impl VolumeError {
     /// The volume concerned, when there is one.
     pub fn volume(&self) -> Option<&str> {
         match self {
-            VolumeError::SetUp { volume, .. } | VolumeError::Mount { volume, .. } => Some(volume),
+            VolumeError::SetUp { volume, .. }
+            | VolumeError::Mount { volume, .. }
+            | VolumeError::NewMounter { volume, .. } => Some(volume),
             _ => None,
         }
+    }
+
+    /// Whether the pod waits on claims, which the kubelet watches: it is tried again when
+    /// one changes, and otherwise only after upstream's pod worker back-off.
+    pub fn waits_on_claims(&self) -> bool {
+        matches!(self, VolumeError::Unprocessed { .. })
     }
 }
 
@@ -101,6 +131,8 @@ pub enum Plugin {
     Secret,
     DownwardApi,
     Projected,
+    /// A claim's `local` volume.
+    Local,
 }
 
 impl Plugin {
@@ -113,6 +145,7 @@ impl Plugin {
             Plugin::Secret => secret::PLUGIN,
             Plugin::DownwardApi => downward_api::PLUGIN,
             Plugin::Projected => projected::PLUGIN,
+            Plugin::Local => claim::LOCAL_PLUGIN,
         }
     }
 
@@ -279,6 +312,28 @@ fn pod_uid(pod: &Pod) -> Result<&str, VolumeError> {
 
 fn fs_group(pod: &Pod) -> Option<i64> {
     pod.spec.as_ref()?.security_context.as_ref()?.fs_group
+}
+
+fn fs_group_change_policy(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .security_context
+        .as_ref()?
+        .fs_group_change_policy
+        .clone()
+}
+
+/// Why one volume could not be set up.
+enum Failure {
+    /// Its claim is not usable yet (upstream's populator error).
+    Process(String),
+    Error(VolumeError),
+}
+
+impl From<VolumeError> for Failure {
+    fn from(e: VolumeError) -> Self {
+        Failure::Error(e)
+    }
 }
 
 async fn blocking<T: Send + 'static>(
@@ -530,6 +585,9 @@ impl VolumeManager {
         }
         let mut out = PodVolumes::default();
         let mut first_error = None;
+        let mut unmounted = Vec::new();
+        let mut unprocessed = Vec::new();
+        let mut errors = Vec::new();
         for v in pod
             .spec
             .as_ref()
@@ -537,25 +595,108 @@ impl VolumeManager {
             .into_iter()
             .flatten()
         {
-            match self.setup_volume(pod, uid, v).await {
+            let result = if claim::claim_of(pod, v).is_some() {
+                self.setup_claim(pod, uid, v).await
+            } else {
+                self.setup_volume(pod, uid, v).await.map_err(|reason| {
+                    Failure::Error(VolumeError::SetUp {
+                        volume: v.name.clone(),
+                        reason,
+                    })
+                })
+            };
+            match result {
                 Ok(mounted) => {
                     out.volumes.insert(v.name.clone(), mounted);
                 }
-                Err(reason) => {
-                    let e = VolumeError::SetUp {
-                        volume: v.name.clone(),
-                        reason,
-                    };
+                Err(Failure::Process(e)) => {
+                    tracing::info!(pod = %pod_name(pod), volume = %v.name, error = %e, "waiting for a claim");
+                    unmounted.push(v.name.clone());
+                    unprocessed.push(v.name.clone());
+                    errors.push(e);
+                }
+                Err(Failure::Error(e)) => {
                     tracing::warn!(
                         pod = %pod_name(pod), error = %e, "volume setup failed"
                     );
+                    unmounted.push(v.name.clone());
                     first_error.get_or_insert(e);
                 }
             }
         }
+        if !errors.is_empty() {
+            unmounted.sort();
+            unprocessed.sort();
+            return Err(VolumeError::Unprocessed {
+                unmounted,
+                failed: unprocessed,
+                errors,
+            });
+        }
         match first_error {
             Some(e) => Err(e),
             None => Ok(out),
+        }
+    }
+
+    /// A persistentVolumeClaim or generic ephemeral volume: the claim's bound volume, checked
+    /// and (for `local`) bind-mounted into the pod's directory with its fsGroup applied.
+    async fn setup_claim(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        v: &Volume,
+    ) -> Result<MountedVolume, Failure> {
+        check_name("volume", &v.name).map_err(|reason| VolumeError::SetUp {
+            volume: v.name.clone(),
+            reason,
+        })?;
+        let planned = claim::resolve(&self.client, pod, v)
+            .await
+            .map_err(Failure::Process)?;
+        let pv = planned.pv_name.clone();
+        let setup_error = |reason: String| VolumeError::SetUp {
+            volume: pv.clone(),
+            reason,
+        };
+        let mounted = |plugin: Plugin, path: PathBuf| MountedVolume {
+            name: v.name.clone(),
+            plugin,
+            path,
+            read_only: planned.read_only,
+        };
+        match planned.source.clone() {
+            claim::Source::HostPath { path, type_ } => {
+                let p = path.clone();
+                blocking(move || host_path::check_type(&p, &type_))
+                    .await
+                    .map_err(setup_error)?;
+                Ok(mounted(Plugin::HostPath, path))
+            }
+            claim::Source::Local { path } => {
+                let p = path.clone();
+                blocking(move || claim::check_local(&p))
+                    .await
+                    .map_err(|reason| VolumeError::NewMounter {
+                        volume: pv.clone(),
+                        reason,
+                    })?;
+                if !self.host_mounts {
+                    return Ok(mounted(Plugin::Local, path));
+                }
+                check_name("volume", &pv).map_err(setup_error)?;
+                let dir = self.volume_dir(uid, Plugin::Local, &pv);
+                let d = dir.clone();
+                let group = fs_group(pod).filter(|_| !planned.read_only);
+                let policy = fs_group_change_policy(pod);
+                blocking(move || local_setup(&path, &d, group, policy.as_deref()))
+                    .await
+                    .map_err(setup_error)?;
+                Ok(mounted(Plugin::Local, dir))
+            }
+            claim::Source::Unsupported(kind) => {
+                Err(setup_error(format!("{kind} volumes are not supported by this kubelet")).into())
+            }
         }
     }
 
@@ -920,6 +1061,43 @@ impl VolumeManager {
         pods.sort();
         pods
     }
+}
+
+/// Upstream's local plugin SetUp: the node's directory bind-mounted at the pod's volume
+/// directory, once; the pod's fsGroup is applied then (the first mount), honouring
+/// `fsGroupChangePolicy: OnRootMismatch`.
+fn local_setup(
+    source: &Path,
+    dir: &Path,
+    fs_group: Option<i64>,
+    policy: Option<&str>,
+) -> Result<(), String> {
+    util::make_dir_all(dir, 0o750).map_err(|e| util::path_error("mkdir", dir, &e))?;
+    let canonical = dir
+        .canonicalize()
+        .map_err(|e| util::path_error("stat", dir, &e))?;
+    if util::is_mount_point(&canonical).map_err(|e| format!("reading the mount table: {e}"))? {
+        return Ok(());
+    }
+    mount(
+        Some(source),
+        &canonical,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        format!(
+            "mount failed: bind-mounting {} at {}: {e}",
+            source.display(),
+            canonical.display()
+        )
+    })?;
+    if let Some(group) = fs_group {
+        util::set_volume_ownership_with_policy(&canonical, group, false, policy)
+            .map_err(|e| util::path_error("chown", &canonical, &e))?;
+    }
+    Ok(())
 }
 
 fn pod_name(pod: &Pod) -> String {

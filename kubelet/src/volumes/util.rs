@@ -149,6 +149,35 @@ pub(crate) fn set_volume_ownership(dir: &Path, fs_group: i64, read_only: bool) -
     Ok(())
 }
 
+/// [`set_volume_ownership`] unless `policy` is `OnRootMismatch` and the volume's root already
+/// has the group, setgid and the group's permissions (upstream's skipPermissionChange).
+pub(crate) fn set_volume_ownership_with_policy(
+    dir: &Path,
+    fs_group: i64,
+    read_only: bool,
+    policy: Option<&str>,
+) -> io::Result<()> {
+    if policy == Some("OnRootMismatch") && !requires_permission_change(dir, fs_group, read_only) {
+        tracing::debug!(dir = %dir.display(), "volume root already has the fsGroup; skipping ownership change");
+        return Ok(());
+    }
+    set_volume_ownership(dir, fs_group, read_only)
+}
+
+/// Upstream's requiresPermissionChange: the root is not a directory of group `fs_group` with
+/// setgid and at least the group's permissions.
+fn requires_permission_change(dir: &Path, fs_group: i64, read_only: bool) -> bool {
+    let Ok(meta) = fs::metadata(dir) else {
+        return true;
+    };
+    if i64::from(meta.gid()) != fs_group || !meta.is_dir() {
+        return true;
+    }
+    let wanted = if read_only { 0o440 } else { 0o660 } | 0o110;
+    let mode = meta.mode();
+    mode & wanted != wanted || mode & 0o2000 == 0
+}
+
 /// Upstream's utilerrors.NewAggregate(...).Error(): one message as is, several in brackets.
 pub(crate) fn aggregate(errors: Vec<String>) -> Result<(), String> {
     match errors.len() {
@@ -170,6 +199,33 @@ pub(crate) fn path_error(op: &str, path: &Path, e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_root_mismatch_skips_a_volume_whose_root_is_right_already() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let gid = i64::from(fs::metadata(root).unwrap().gid());
+        let file = root.join("f");
+        fs::write(&file, "x").unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(requires_permission_change(root, gid, false));
+        set_volume_ownership_with_policy(root, gid, false, Some("OnRootMismatch")).unwrap();
+        assert_eq!(fs::metadata(root).unwrap().mode() & 0o7777, 0o2770);
+        assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o660);
+        // The root is right now: files made since are left as they are.
+        let later = root.join("later");
+        fs::write(&later, "y").unwrap();
+        fs::set_permissions(&later, fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(!requires_permission_change(root, gid, false));
+        set_volume_ownership_with_policy(root, gid, false, Some("OnRootMismatch")).unwrap();
+        assert_eq!(fs::metadata(&later).unwrap().mode() & 0o777, 0o600);
+        // Always (the default) walks the whole volume again.
+        set_volume_ownership_with_policy(root, gid, false, None).unwrap();
+        assert_eq!(fs::metadata(&later).unwrap().mode() & 0o777, 0o660);
+        // Another group is a mismatch.
+        assert!(requires_permission_change(root, gid + 1, false));
+    }
 
     #[test]
     fn mountinfo_escapes() {
