@@ -254,14 +254,25 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
         }
     }
 
-    fn insert(&self, obj: Arc<K>) {
-        let Some(key) = (self.key)(&obj) else { return };
-        self.buckets
-            .write()
-            .expect("index")
-            .entry(key)
-            .or_default()
-            .insert(Self::object_key(&obj), obj);
+    /// `previous` out and `obj` in under one lock: a reader never sees the object missing
+    /// while it merely changes (the kubelet would take its pod for deleted).
+    fn replace(&self, previous: Option<&K>, obj: Arc<K>) {
+        let mut buckets = self.buckets.write().expect("index");
+        if let Some(p) = previous
+            && let Some(key) = (self.key)(p)
+            && let Some(bucket) = buckets.get_mut(&key)
+        {
+            bucket.remove(&Self::object_key(p));
+            if bucket.is_empty() {
+                buckets.remove(&key);
+            }
+        }
+        if let Some(key) = (self.key)(&obj) {
+            buckets
+                .entry(key)
+                .or_default()
+                .insert(Self::object_key(&obj), obj);
+        }
     }
 
     fn rebuild(&self, objects: &[Arc<K>]) {
@@ -349,10 +360,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Indexes<K> {
 
     fn replace(&self, previous: Option<&K>, object: Arc<K>) {
         for index in self.all() {
-            if let Some(p) = previous {
-                index.remove(p);
-            }
-            index.insert(object.clone());
+            index.replace(previous, object.clone());
         }
     }
 
