@@ -20,6 +20,11 @@
 #                                 one if none answers), a CPU load step: time to the first rescale,
 #                                 to the final count, and back to minReplicas once idle; then on a
 #                                 server of its own, controller CPU per sync at 1,000 HPAs.
+#   hack/bench.sh storage [ARGS...] On the running cluster (hack/up.sh starts one if none
+#                                 answers): claim to Bound through the local-path provisioner
+#                                 (p50/p99 of 100 claims, one at a time and all at once) against
+#                                 static volumes, and a StatefulSet of 20 to all Ready
+#                                 (OrderedReady, Parallel) against a Deployment.
 #   hack/bench.sh proxy [ARGS...] The proxier (iptables; --mode nftables) with 1k and 10k Services
 #                                 in a network namespace it creates: render and restore time,
 #                                 ruleset size, API write to rule in the kernel for one change.
@@ -28,7 +33,7 @@ source "$(dirname "$0")/lib.sh"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
 usage() {
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 build_release() {
@@ -83,6 +88,16 @@ case "$cmd" in
     log "running the HPA benchmark (several minutes)"
     "$TARGET_DIR/release/minik8s-bench" hpa --kubeconfig "$DATA_DIR/admin.kubeconfig" \
       --server-bin "$TARGET_DIR/release/minik8s" "$@"
+    ;;
+  storage)
+    install_packages
+    PORT="${MINIK8S_PORT:-6443}"
+    if ! curl -skf "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then
+      "$REPO_ROOT/hack/up.sh"
+    fi
+    build_release minik8s-bench
+    log "running the storage benchmark (a few minutes)"
+    "$TARGET_DIR/release/minik8s-bench" storage --kubeconfig "$DATA_DIR/admin.kubeconfig" "$@"
     ;;
   proxy)
     build_release minik8s-bench

@@ -3,7 +3,7 @@
 # lack, then unit and integration tests of the workspace (they start their own etcd and
 # servers), then the conformance suite against a fresh cluster from hack/up.sh, functions
 # across a restart of that cluster's server, then the cross-node checks on a 3-node
-# cluster, once per proxy mode.
+# cluster, once per proxy mode, and storage on a 3-node cluster.
 source "$(dirname "$0")/lib.sh"
 
 install_packages
@@ -36,3 +36,5 @@ log "cross-node networking against a fresh 3-node cluster"
 "$REPO_ROOT/hack/e2e-net.sh"
 log "the same with every proxier in nftables mode"
 MINIK8S_PROXY_MODE=nftables "$REPO_ROOT/hack/e2e-net.sh"
+log "storage across nodes and a StatefulSet across a kill -9 of the server, on a 3-node cluster"
+"$REPO_ROOT/hack/e2e-storage.sh"

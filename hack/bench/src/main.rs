@@ -13,6 +13,7 @@ mod proc;
 mod proxy;
 mod scale;
 mod stats;
+mod storage;
 mod watchers;
 
 use std::path::PathBuf;
@@ -48,6 +49,10 @@ enum Command {
     /// The HorizontalPodAutoscaler: a load step on the running cluster (first rescale, final
     /// count, back to minReplicas) and the controller's CPU per sync at 1,000 HPAs.
     Hpa(hpa::HpaArgs),
+    /// Storage on the running cluster: claim to Bound with the local-path provisioner against
+    /// static volumes, and a StatefulSet to all Ready (OrderedReady, Parallel) against a
+    /// Deployment.
+    Storage(storage::StorageArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -109,6 +114,7 @@ fn main() -> anyhow::Result<()> {
             Command::Watchers(args) => watchers::run(args).await,
             Command::Functions(args) => functions::run(args).await,
             Command::Hpa(args) => hpa::run(args).await,
+            Command::Storage(args) => storage::run(args).await,
         }
     })
 }
