@@ -29,7 +29,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use minik8s_api::selector::Selector;
 
-use crate::informers::{ByController, Cache, Informers};
+use crate::informers::{ByController, Cache, Change, Informers};
 use crate::util::controller_ref::{claim, owners_of};
 use crate::util::events::Recorder;
 use crate::util::expectations::{Expectations, observe_pods};
@@ -108,10 +108,18 @@ pub async fn run(informers: Arc<Informers>) {
             )
         })
     };
+    // A set gone takes its expectations with it (upstream's `deleteStatefulSet`).
+    let set_keys = {
+        let ctx = ctx.clone();
+        set_informer.touched_after(move |c| {
+            if let Change::Deleted(s) = c {
+                let key = format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any());
+                ctx.expectations.forget(&key);
+            }
+        })
+    };
     let queue = stream::select(
-        set_informer
-            .touched()
-            .map(|s| ObjectRef::from_obj(s.as_ref())),
+        set_keys.map(|s| ObjectRef::from_obj(s.as_ref())),
         stream::select(pod_keys, claim_keys),
     );
     runtime::run("statefulset", sets, queue, reconcile, ctx).await
