@@ -109,9 +109,14 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<A
             .finalizers
             .get_or_insert_with(Vec::new)
             .retain(|f| f != PVC_PROTECTION_FINALIZER);
-        api.replace(&claim.name_any(), &PostParams::default(), &next)
-            .await?;
-        tracing::info!("removed the protection finalizer of an unused deleted claim");
+        match api
+            .replace(&claim.name_any(), &PostParams::default(), &next)
+            .await
+        {
+            Ok(_) => tracing::info!("removed the protection finalizer of an unused deleted claim"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
     } else if !deleting && !has_finalizer(&claim) {
         let mut next = (*claim).clone();
         next.metadata

@@ -546,3 +546,29 @@ async fn local_path_provisions_on_the_selected_node_grows_and_deletes() {
     provisioner.abort();
     let _ = tokio::time::timeout(Duration::from_secs(1), provisioner).await;
 }
+
+#[tokio::test]
+async fn a_bound_claim_whose_volume_is_gone_is_lost() {
+    let s = Storage::start().await;
+    s.volume("doomed", "1Gi", json!({})).await;
+    s.claim("data", "1Gi", json!({})).await;
+    s.bound("data").await;
+    // Removed by force: its protection finalizer dropped first.
+    s.volumes()
+        .patch(
+            "doomed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    s.volumes()
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    s.has_event("data", binder::REPORTER, "ClaimLost").await;
+    let lost = s.claims().get("data").await.unwrap();
+    assert_eq!(phase_of_claim(&lost), "Lost");
+    let status = lost.status.as_ref().unwrap();
+    assert!(status.capacity.is_none() && status.access_modes.is_none());
+}
