@@ -98,6 +98,9 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         (crate::resourcequota::NAME, |c| {
             Box::pin(crate::resourcequota::run(c))
         }),
+        (crate::ephemeral::NAME, |c| {
+            Box::pin(crate::ephemeral::run(c))
+        }),
     ]
 }
 
