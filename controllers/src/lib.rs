@@ -10,6 +10,7 @@ pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod ephemeral;
 pub mod garbagecollector;
 pub mod hollow;
 /// The shared informers, in a crate of their own so the proxy and the kubelet can use them.

@@ -11,6 +11,7 @@ mod daemonset;
 mod deployment;
 mod disruption;
 mod endpoints;
+mod ephemeral;
 mod garbagecollector;
 mod hollow;
 mod job;
