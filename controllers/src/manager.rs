@@ -110,6 +110,7 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         }),
         (crate::volume::expander::NAME, |c| {
             Box::pin(crate::volume::expander::run(c))
+        }),
         (crate::ephemeral::NAME, |c| {
             Box::pin(crate::ephemeral::run(c))
         }),
