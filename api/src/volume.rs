@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -137,6 +137,27 @@ pub fn cmp_size(a: &Quantity, b: &Quantity) -> std::cmp::Ordering {
         Some(_) => std::cmp::Ordering::Equal,
         None => a.milli_value().cmp(&b.milli_value()),
     }
+}
+
+/// Upstream's `ephemeral.VolumeIsForPod`: a generic ephemeral volume's claim must be the
+/// pod's own, never one that happens to have its name.
+pub fn ephemeral_claim_is_for_pod(pod: &Pod, claim: &PersistentVolumeClaim) -> Result<(), String> {
+    let owned = claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == pod.metadata.uid.as_ref());
+    if owned {
+        return Ok(());
+    }
+    Err(format!(
+        "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    ))
 }
 
 #[cfg(test)]

@@ -20,10 +20,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 
 use crate::informers::{Cache, Change, Informers};
-use crate::scheduler::volume_binding::{claim_name, ephemeral_claim_is_for_pod};
+use crate::scheduler::volume_binding::claim_name;
 use crate::util::events::{Recorder, record};
 use crate::util::reconciler::Error;
 use crate::util::runtime;
+use minik8s_api::volume::ephemeral_claim_is_for_pod;
 
 pub const NAME: &str = "ephemeral-volume";
 

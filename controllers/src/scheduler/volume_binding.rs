@@ -89,27 +89,6 @@ pub fn uses_claim(pod: &Pod, namespace: &str, name: &str) -> bool {
             })
 }
 
-/// Upstream's `ephemeral.VolumeIsForPod`: a generic ephemeral volume's claim must be the
-/// pod's own, never one that happens to have its name.
-pub fn ephemeral_claim_is_for_pod(pod: &Pod, claim: &PersistentVolumeClaim) -> Result<(), String> {
-    let owned = claim
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == pod.metadata.uid.as_ref());
-    if owned {
-        return Ok(());
-    }
-    Err(format!(
-        "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
-        claim.namespace().unwrap_or_default(),
-        claim.name_any(),
-        pod.namespace().unwrap_or_default(),
-        pod.name_any()
-    ))
-}
-
 /// Upstream's `GetPersistentVolumeClaimClass`.
 pub fn claim_class(claim: &PersistentVolumeClaim) -> &str {
     if let Some(class) = claim
@@ -230,7 +209,7 @@ pub fn prefilter(pod: &Pod, objects: &dyn Objects) -> Result<Option<PodClaims>, 
             return Err(format!("persistentvolumeclaim {name:?} is being deleted"));
         }
         if ephemeral {
-            ephemeral_claim_is_for_pod(pod, &claim)?;
+            minik8s_api::volume::ephemeral_claim_is_for_pod(pod, &claim)?;
         }
         claims.push(claim);
     }

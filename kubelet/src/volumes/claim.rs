@@ -207,26 +207,6 @@ fn unsupported_source(spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec) -
         .unwrap_or("this")
 }
 
-/// Upstream's `ephemeral.VolumeIsForPod`.
-fn claim_is_for_pod(pod: &Pod, claim: &PersistentVolumeClaim) -> Result<(), ProcessError> {
-    let owned = claim
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == pod.metadata.uid.as_ref());
-    if owned {
-        return Ok(());
-    }
-    Err(format!(
-        "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-        claim.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    ))
-}
-
 /// Reads the claim of pod volume `volume` and its PersistentVolume from the API server (as
 /// upstream's populator does: the freshest word on a bind) and plans its setup.
 pub(crate) async fn resolve(
@@ -256,7 +236,7 @@ pub(crate) async fn resolve(
     };
     let pv_name = check_claim(&claim).map_err(processing)?.to_string();
     if ephemeral {
-        claim_is_for_pod(pod, &claim)?;
+        minik8s_api::volume::ephemeral_claim_is_for_pod(pod, &claim)?;
     }
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let pv = match pvs.get_opt(&pv_name).await {
@@ -476,7 +456,7 @@ mod tests {
         assert_eq!(Usage::of(&pod, "scratch"), MOUNTED);
         let foreign = claim(serde_json::json!({"metadata": {"name": "web-scratch"}}));
         assert_eq!(
-            claim_is_for_pod(&pod, &foreign),
+            minik8s_api::volume::ephemeral_claim_is_for_pod(&pod, &foreign),
             Err(
                 "PVC default/web-scratch was not created for pod default/web (pod is not owner)"
                     .into()
@@ -486,7 +466,10 @@ mod tests {
             serde_json::json!({"metadata": {"ownerReferences": [{"apiVersion": "v1",
             "kind": "Pod", "name": "web", "uid": "pod-uid", "controller": true}]}}),
         );
-        assert_eq!(claim_is_for_pod(&pod, &own), Ok(()));
+        assert_eq!(
+            minik8s_api::volume::ephemeral_claim_is_for_pod(&pod, &own),
+            Ok(())
+        );
     }
 
     #[test]
