@@ -964,6 +964,11 @@ async fn claim_and_volume(env: &Env, name: &str, pv: Option<serde_json::Value>) 
     spec["claimRef"] = json!({"namespace": "default", "name": name, "uid": claim.metadata.uid});
     spec["capacity"] = json!({"storage": "1Gi"});
     spec["accessModes"] = json!(["ReadWriteOnce"]);
+    if spec.get("local").is_some() {
+        // Upstream's validation: a local volume names the node it lives on.
+        spec["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a"]}]}]}});
+    }
     let volumes: Api<PersistentVolume> = Api::all(env.client.clone());
     let volume =
         serde_json::from_value(json!({"metadata": {"name": pv_name}, "spec": spec})).unwrap();
