@@ -3,7 +3,7 @@
 //! is left alone and reported; a deleted claim comes back while the pod is there.
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use minik8s_controllers::informers::Informers;
 use testkit::{Backend, InProcess, eventually};
 
@@ -61,6 +61,14 @@ async fn ephemeral_volumes_get_claims_owned_by_their_pod() -> anyhow::Result<()>
     // Deleted while the pod is there: made again.
     claims
         .delete("web-scratch", &DeleteParams::default())
+        .await?;
+    // What the pvc-protection controller (not run here) does once no running pod uses it.
+    claims
+        .patch(
+            "web-scratch",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
         .await?;
     eventually(WAIT, "claim web-scratch made again", || async {
         let c = claims.get_opt("web-scratch").await.ok().flatten()?;

@@ -222,8 +222,8 @@ async fn first_consumer_claims_are_bound_on_the_chosen_node_before_the_pod() -> 
     let pp = PostParams::default();
 
     // Dynamic provisioning: the claim gets the selected node; the pod waits until bound.
-    create_class(&client, "local-path", "rancher.io/local-path").await?;
-    create_claim(&client, "dynamic", Some("local-path")).await?;
+    create_class(&client, "wffc-local", "rancher.io/local-path").await?;
+    create_claim(&client, "dynamic", Some("wffc-local")).await?;
     pods.create(&pp, &pod("provisioned", with_claim("dynamic")))
         .await?;
     let selected = eventually(WAIT, "selected-node on the claim", || async {
@@ -242,7 +242,7 @@ async fn first_consumer_claims_are_bound_on_the_chosen_node_before_the_pod() -> 
     create_volume(
         &client,
         "pvc-dynamic",
-        "local-path",
+        "wffc-local",
         &selected,
         Some("dynamic"),
     )
@@ -290,8 +290,8 @@ async fn a_claim_not_bound_in_time_fails_the_binding_and_is_retried() -> anyhow:
         },
         std::future::pending(),
     ));
-    create_class(&client, "local-path", "rancher.io/local-path").await?;
-    create_claim(&client, "slow", Some("local-path")).await?;
+    create_class(&client, "wffc-local", "rancher.io/local-path").await?;
+    create_claim(&client, "slow", Some("wffc-local")).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(
         &PostParams::default(),

@@ -116,6 +116,8 @@ async fn claim_names(client: &Client) -> BTreeSet<String> {
         .unwrap()
         .items
         .iter()
+        // A deleted claim waits for the pvc-protection controller, which does not run here.
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
         .map(|c| c.name_any())
         .collect()
 }
