@@ -102,7 +102,24 @@ async fn sync_unbound(claim: &PersistentVolumeClaim, ctx: &Ctx) -> Result<(), Er
 async fn sync_unbound_unnamed(claim: &PersistentVolumeClaim, ctx: &Ctx) -> Result<(), Error> {
     let delay = delay_binding(claim, ctx)?;
     let volumes = ctx.volumes.state();
-    let found = matching::best_match(claim, volumes.iter().map(|v| v.as_ref()), delay)?;
+    let free = {
+        let mut taken = ctx.taken.lock().expect("taken");
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        volumes
+            .iter()
+            .filter(|v| {
+                let name = v.name_any();
+                let bound_in_cache = v.spec.as_ref().is_some_and(|s| s.claim_ref.is_some());
+                if bound_in_cache {
+                    taken.remove(&name);
+                    return true;
+                }
+                taken.get(&name).is_none_or(|by| by == uid)
+            })
+            .map(|v| v.as_ref())
+            .collect::<Vec<_>>()
+    };
+    let found = matching::best_match(claim, free, delay)?;
     if let Some(volume) = found {
         return bind(volume, claim, ctx).await;
     }
@@ -229,7 +246,14 @@ pub(super) async fn bind(
 ) -> Result<(), Error> {
     tracing::info!(volume = %volume.name_any(), "binding");
     let volume = match protocol::bind_volume_to_claim(volume, claim) {
-        Some(next) => ctx.replace_volume(&next).await?,
+        Some(next) => {
+            let written = ctx.replace_volume(&next).await?;
+            ctx.taken.lock().expect("taken").insert(
+                written.name_any(),
+                claim.metadata.uid.clone().unwrap_or_default(),
+            );
+            written
+        }
         None => volume.clone(),
     };
     let volume = ctx.volume_phase(&volume, "Bound", "").await?;

@@ -42,6 +42,11 @@ struct Ctx {
     classes: Cache<StorageClass>,
     pods: Cache<Pod>,
     recorder: Recorder,
+    /// Volumes this binder has just given a claimRef, by name, to the claim's UID, until the
+    /// cache shows it (upstream's binder writes its own cache after each bind for the same
+    /// reason): claims synced meanwhile would otherwise all pick the same volume and retry on
+    /// the conflict.
+    taken: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Ctx {
@@ -211,6 +216,7 @@ pub async fn run(informers: Arc<Informers>) {
         volumes: volumes.store(),
         classes: classes.store(),
         pods: pods.store(),
+        taken: Default::default(),
         recorder: Recorder::new(
             client,
             Reporter {
