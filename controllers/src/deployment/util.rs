@@ -486,16 +486,14 @@ mod tests {
     }
 
     #[test]
-    fn hash_is_stable_and_changes_with_collisions() {
+    fn templates_equal_but_for_their_hash_label() {
+        // The hash itself is tested where it lives (util::hash).
         let t: PodTemplateSpec = serde_json::from_value(serde_json::json!({
             "metadata": {"labels": {"app": "web"}},
             "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
         }))
         .unwrap();
         let h = compute_hash(&t, None);
-        assert_eq!(h, compute_hash(&t, None));
-        assert_ne!(h, compute_hash(&t, Some(1)));
-        assert!(h.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
         let mut labelled = t.clone();
         labelled
             .metadata
