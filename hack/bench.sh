@@ -25,6 +25,11 @@
 #                                 (p50/p99 of 100 claims, one at a time and all at once) against
 #                                 static volumes, and a StatefulSet of 20 to all Ready
 #                                 (OrderedReady, Parallel) against a Deployment.
+#   hack/bench.sh workflows [ARGS...] On the running cluster (hack/up.sh starts one if none
+#                                 answers): a 10-Task chain of a warm function through the
+#                                 gateway against the 10 calls made directly (per-transition
+#                                 overhead p50/p99), and 100 runs at once (runs/s, none lost,
+#                                 no Task called twice).
 #   hack/bench.sh proxy [ARGS...] The proxier (iptables; --mode nftables) with 1k and 10k Services
 #                                 in a network namespace it creates: render and restore time,
 #                                 ruleset size, API write to rule in the kernel for one change.
@@ -33,7 +38,7 @@ source "$(dirname "$0")/lib.sh"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
 usage() {
-  sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 build_release() {
@@ -98,6 +103,16 @@ case "$cmd" in
     build_release minik8s-bench
     log "running the storage benchmark (a few minutes)"
     "$TARGET_DIR/release/minik8s-bench" storage --kubeconfig "$DATA_DIR/admin.kubeconfig" "$@"
+    ;;
+  workflows)
+    install_packages
+    PORT="${MINIK8S_PORT:-6443}"
+    if ! curl -skf "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then
+      "$REPO_ROOT/hack/up.sh"
+    fi
+    build_release minik8s-bench
+    log "running the workflows benchmark (a few minutes)"
+    "$TARGET_DIR/release/minik8s-bench" workflows --kubeconfig "$DATA_DIR/admin.kubeconfig" "$@"
     ;;
   proxy)
     build_release minik8s-bench

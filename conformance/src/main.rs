@@ -13,6 +13,7 @@ mod kubectl;
 mod kubers;
 mod python;
 mod support;
+mod workflows;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -83,6 +84,7 @@ pub enum Suite {
     Knative,
     Hpa,
     Admission,
+    Workflows,
 }
 
 impl Suite {
@@ -94,6 +96,7 @@ impl Suite {
             Suite::Knative => "knative".into(),
             Suite::Hpa => "hpa".into(),
             Suite::Admission => "admission".into(),
+            Suite::Workflows => "workflows".into(),
         }
     }
 
@@ -105,6 +108,7 @@ impl Suite {
             Suite::Knative => knative::CASES.iter().map(|(n, _)| *n).collect(),
             Suite::Hpa => hpa::CASES.iter().map(|(n, _)| *n).collect(),
             Suite::Admission => admission::CASES.iter().map(|(n, _)| *n).collect(),
+            Suite::Workflows => workflows::CASES.iter().map(|(n, _)| *n).collect(),
         }
     }
 }
@@ -154,6 +158,7 @@ async fn main() -> anyhow::Result<()> {
         Suite::Python,
         Suite::KubeRs,
         Suite::Knative,
+        Suite::Workflows,
         Suite::Admission,
     ];
     suites.extend(
@@ -235,6 +240,7 @@ async fn main() -> anyhow::Result<()> {
                 Suite::Knative => knative::run(&env).await,
                 Suite::Hpa => hpa::run(&env).await,
                 Suite::Admission => admission::run(&env).await,
+                Suite::Workflows => workflows::run(&env).await,
             }
         });
     }

@@ -10,7 +10,8 @@
 #   POST /v1/specialize  {"source", "handler"?, "name"?, "sitePackages"?}: load the function
 #                        (generic pool pods start without one). 200, 400 or 409.
 #   anything else        the function: handler(body) or handler(body, headers), answered as
-#                        JSON; 503 before specialisation, 500 when the handler raises.
+#                        JSON; 503 before specialisation, 500 when the handler raises
+#                        ({"error", "errorType", "errorMessage"}, as Lambda reports it).
 # A pod whose environment has MINIK8S_FN_SOURCE is specialised at start instead.
 # On SIGTERM the server drains: it keeps serving until nothing has been in flight for a
 # second (and a second has passed), then exits 0.
@@ -249,7 +250,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             result = fn(body, headers)
         except BaseException as e:  # the server outlives whatever the handler does
             traceback.print_exc()
-            return self.reply_json(500, {"error": f"{type(e).__name__}: {e}"})
+            # As AWS Lambda reports a function's error, so a workflow's Retry and Catch
+            # can match the exception's class by name.
+            kind = type(e).__name__
+            return self.reply_json(500, {"error": f"{kind}: {e}", "errorType": kind,
+                                         "errorMessage": str(e)})
         status = 200
         if (isinstance(result, tuple) and len(result) == 2 and type(result[1]) is int
                 and 100 <= result[1] <= 599):

@@ -3,6 +3,9 @@
 //! answers 202 at once, and `/_minik8s/stats` gives the autoscaler this node's counters.
 //! Calls go through the same router as Knative hosts, so a Function scales, holds requests
 //! while it has no pod and splits traffic exactly as a Knative Service does.
+//! `/workflow/<name>[.<namespace>]` runs a Workflow of functions ([`workflow`]).
+
+pub mod workflow;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,6 +63,8 @@ pub fn parse(path_and_query: &str) -> Option<Call> {
 pub struct Gateway {
     router: Arc<Router>,
     forwarder: Forwarder,
+    /// Creates and watches workflow runs.
+    client: kube::Client,
 }
 
 fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
@@ -73,10 +78,11 @@ fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
 }
 
 impl Gateway {
-    pub fn new(router: Arc<Router>) -> Arc<Gateway> {
+    pub fn new(router: Arc<Router>, client: kube::Client) -> Arc<Gateway> {
         Arc::new(Gateway {
             router,
             forwarder: Forwarder::default(),
+            client,
         })
     }
 
@@ -110,6 +116,9 @@ impl Gateway {
                 }
                 Err((status, why)) => plain(status, &why),
             };
+        }
+        if let Some(target) = workflow::parse(&target) {
+            return workflow::handle(&self.client, req, target).await;
         }
         let Some(call) = parse(&target) else {
             return plain(StatusCode::NOT_FOUND, "not found");

@@ -15,6 +15,7 @@ pub mod route;
 pub mod router;
 pub mod service;
 pub mod serving;
+pub mod workflow;
 
 use std::sync::Arc;
 
@@ -31,6 +32,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         serving::Revision::crd(),
         serving::Route::crd(),
         function::Function::crd(),
+        workflow::Workflow::crd(),
+        workflow::WorkflowRun::crd(),
     ]
     .into_iter()
     .map(container_names_optional)
@@ -133,6 +136,7 @@ pub async fn run(informers: Arc<Informers>) {
         revision::run(informers.clone()),
         route::run(informers.clone()),
         autoscaler::run(informers.clone()),
-        function::controller::run(informers),
+        function::controller::run(informers.clone()),
+        workflow::controller::run(informers),
     );
 }

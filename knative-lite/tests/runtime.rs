@@ -287,6 +287,42 @@ async fn handler_exception_is_a_500_and_the_server_goes_on() -> Result<()> {
     Ok(())
 }
 
+/// The error as AWS Lambda reports it: `errorType` is the exception's class name (what a
+/// workflow's Retry and Catch match), `errorMessage` its message.
+#[tokio::test]
+async fn handler_exception_reports_its_type_as_lambda_does() -> Result<()> {
+    let rt = Runtime::generic().await?;
+    let source = concat!(
+        "class NotReady(Exception):\n",
+        "    pass\n",
+        "\n",
+        "def handle(body):\n",
+        "    if body == \"bare\":\n",
+        "        raise NotReady()\n",
+        "    raise NotReady(\"try again later\")\n",
+    );
+    let (status, _) = rt.specialize(json!({"source": source})).await?;
+    assert_eq!(status, 200);
+
+    let (status, body) = rt.post("/", "{}").await?;
+    assert_eq!(
+        (status, parse(&body)),
+        (
+            500,
+            json!({
+                "error": "NotReady: try again later",
+                "errorType": "NotReady",
+                "errorMessage": "try again later",
+            })
+        )
+    );
+    let (status, body) = rt.post("/", r#""bare""#).await?;
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(parse(&body)["errorType"], "NotReady");
+    assert_eq!(parse(&body)["errorMessage"], "");
+    Ok(())
+}
+
 #[tokio::test]
 async fn handler_sees_headers_and_sets_the_status() -> Result<()> {
     let rt = Runtime::generic().await?;

@@ -273,7 +273,7 @@ fn knative_hosts(
     node_ip: Option<IpAddr>,
 ) -> Arc<dyn minik8s_proxy::ingress::HostRoutes> {
     let router = knative_lite::router::start(informers, node_ip);
-    let gateway = knative_lite::gateway::Gateway::new(router.clone());
+    let gateway = knative_lite::gateway::Gateway::new(router.clone(), informers.client());
     let addr = SocketAddr::new(bind.ip(), knative_lite::function::GATEWAY_PORT);
     tokio::spawn(async move {
         match tokio::net::TcpListener::bind(addr).await {

@@ -15,6 +15,7 @@ mod scale;
 mod stats;
 mod storage;
 mod watchers;
+mod workflows;
 
 use std::path::PathBuf;
 
@@ -53,6 +54,10 @@ enum Command {
     /// static volumes, and a StatefulSet to all Ready (OrderedReady, Parallel) against a
     /// Deployment.
     Storage(storage::StorageArgs),
+    /// Workflows on the running cluster: a 10-Task chain against the same calls made
+    /// directly (per-transition overhead), and 100 runs at once (throughput, none lost or
+    /// repeated).
+    Workflows(workflows::WorkflowsArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -115,6 +120,7 @@ fn main() -> anyhow::Result<()> {
             Command::Functions(args) => functions::run(args).await,
             Command::Hpa(args) => hpa::run(args).await,
             Command::Storage(args) => storage::run(args).await,
+            Command::Workflows(args) => workflows::run(args).await,
         }
     })
 }

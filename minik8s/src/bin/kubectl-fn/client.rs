@@ -82,6 +82,18 @@ pub fn error_message(err: &anyhow::Error) -> String {
     }
 }
 
+/// An error the command has printed already, in its own words: `main` only exits non-zero.
+#[derive(Debug)]
+pub struct Reported;
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the command failed (reported above)")
+    }
+}
+
+impl std::error::Error for Reported {}
+
 /// Whether `err` is the API's answer with this reason (`NotFound`, `Conflict`, ...).
 pub fn is_reason(err: &kube::Error, reason: &str) -> bool {
     matches!(err, kube::Error::Api(status) if status.reason == reason)

@@ -7,9 +7,11 @@
 mod client;
 mod delete;
 mod deploy;
+mod graph;
 mod invoke;
 mod list;
 mod logs;
+mod run;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -43,6 +45,10 @@ enum Command {
     Logs(logs::LogsArgs),
     /// Delete a Function.
     Delete(delete::DeleteArgs),
+    /// Run a Workflow with an input, and print its output when it ends.
+    Run(run::RunArgs),
+    /// Print a Workflow as a Graphviz (DOT) graph, coloured by a run with --run.
+    Graph(graph::GraphArgs),
 }
 
 #[tokio::main]
@@ -54,11 +60,15 @@ async fn main() -> ExitCode {
         Command::List(args) => list::run(&cli.cluster, args).await,
         Command::Logs(args) => logs::run(&cli.cluster, args).await,
         Command::Delete(args) => delete::run(&cli.cluster, args).await,
+        Command::Run(args) => run::run(&cli.cluster, args).await,
+        Command::Graph(args) => graph::run(&cli.cluster, args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("{}", client::error_message(&err));
+            if !err.is::<client::Reported>() {
+                eprintln!("{}", client::error_message(&err));
+            }
             ExitCode::FAILURE
         }
     }
@@ -80,5 +90,67 @@ mod tests {
         let cli = Cli::try_parse_from(["kubectl-fn", "--context", "c", "ls"]).unwrap();
         assert_eq!(cli.cluster.context.as_deref(), Some("c"));
         assert!(matches!(cli.command, Command::List(_)));
+    }
+
+    #[test]
+    fn run_flags() {
+        let cli = Cli::try_parse_from(["kubectl-fn", "run", "order"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run: {:?}", cli.command)
+        };
+        assert_eq!(args.workflow, "order");
+        assert_eq!(args.input, "{}");
+        assert!(!args.async_);
+        assert_eq!(args.timeout, Duration::from_secs(60));
+
+        let argv = [
+            "kubectl-fn",
+            "run",
+            "order",
+            "--input",
+            r#"{"a": 1}"#,
+            "--async",
+            "--timeout",
+            "2m",
+            "-n",
+            "shop",
+        ];
+        let cli = Cli::try_parse_from(argv).unwrap();
+        assert_eq!(cli.cluster.namespace.as_deref(), Some("shop"));
+        let Command::Run(args) = cli.command else {
+            panic!("not run: {:?}", cli.command)
+        };
+        assert_eq!(
+            (args.input.as_str(), args.async_, args.timeout),
+            (r#"{"a": 1}"#, true, Duration::from_secs(120))
+        );
+        let cli = Cli::try_parse_from(["kubectl-fn", "run", "order", "-i", "@in.json"]).unwrap();
+        assert!(matches!(cli.command, Command::Run(args) if args.input == "@in.json"));
+        assert!(Cli::try_parse_from(["kubectl-fn", "run"]).is_err());
+        assert!(Cli::try_parse_from(["kubectl-fn", "run", "order", "--timeout", "soon"]).is_err());
+    }
+
+    #[test]
+    fn graph_flags() {
+        let cli = Cli::try_parse_from(["kubectl-fn", "graph", "order"]).unwrap();
+        let Command::Graph(args) = cli.command else {
+            panic!("not graph: {:?}", cli.command)
+        };
+        assert_eq!((args.workflow.as_str(), args.run), ("order", None));
+        let argv = [
+            "kubectl-fn",
+            "graph",
+            "order",
+            "--run",
+            "order-x1",
+            "-n",
+            "shop",
+        ];
+        let cli = Cli::try_parse_from(argv).unwrap();
+        assert_eq!(cli.cluster.namespace.as_deref(), Some("shop"));
+        assert!(
+            matches!(cli.command, Command::Graph(args) if args.run.as_deref() == Some("order-x1"))
+        );
+        assert!(Cli::try_parse_from(["kubectl-fn", "graph"]).is_err());
     }
 }
