@@ -103,13 +103,7 @@ impl Run {
     }
 
     fn record(&mut self, events: Vec<HistoryEvent>) {
-        let history = &mut self.status.history;
-        history.extend(events);
-        if history.len() > HISTORY_LIMIT {
-            let extra = history.len() - HISTORY_LIMIT;
-            history.drain(..extra);
-            *self.status.history_dropped.get_or_insert(0) += extra as i64;
-        }
+        record(&mut self.status, events);
     }
 
     /// Ends the run with `outcome` (or a phase of its own: TimedOut, Aborted).
@@ -144,6 +138,18 @@ impl Run {
         self.status.phase = Some(phase.into());
         self.status.completion_time = Some(Time(at));
         self.status.execution = None;
+    }
+}
+
+/// Appends `events` to the run's history, keeping the latest [`HISTORY_LIMIT`] and counting
+/// the ones dropped.
+fn record(status: &mut WorkflowRunStatus, events: Vec<HistoryEvent>) {
+    let history = &mut status.history;
+    history.extend(events);
+    if history.len() > HISTORY_LIMIT {
+        let extra = history.len() - HISTORY_LIMIT;
+        history.drain(..extra);
+        *status.history_dropped.get_or_insert(0) += extra as i64;
     }
 }
 
@@ -349,4 +355,45 @@ fn begin(
 fn invalid(problems: &[super::asl::Problem]) -> Failure {
     let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
     Failure::new("InvalidDefinition", text.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(n: usize) -> HistoryEvent {
+        HistoryEvent {
+            type_: "StateEntered".into(),
+            state: format!("S{n}"),
+            thread: String::new(),
+            timestamp: Time(Timestamp::UNIX_EPOCH),
+            attempt: None,
+            input: None,
+            output: None,
+            error: None,
+            cause: None,
+        }
+    }
+
+    #[test]
+    fn the_history_keeps_the_latest_events() {
+        let mut status = WorkflowRunStatus::default();
+        record(&mut status, (0..150).map(event).collect());
+        assert_eq!(status.history_dropped, None);
+        record(&mut status, (150..260).map(event).collect());
+        assert_eq!(status.history.len(), HISTORY_LIMIT);
+        assert_eq!(status.history_dropped, Some(60));
+        assert_eq!(status.history[0].state, "S60");
+        assert_eq!(status.history.last().unwrap().state, "S259");
+    }
+
+    #[test]
+    fn durations_read_as_kubectl_prints_them() {
+        assert_eq!(format_duration(SignedDuration::from_millis(1042)), "1.042s");
+        assert_eq!(
+            format_duration(SignedDuration::from_millis(123_500)),
+            "2m3.5s"
+        );
+        assert_eq!(format_duration(SignedDuration::from_millis(-5)), "0.000s");
+    }
 }

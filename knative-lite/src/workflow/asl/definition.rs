@@ -558,6 +558,9 @@ impl Checker {
                         String::new()
                     }
                 };
+                if let Some(why) = unsupported_resource(&resource) {
+                    self.problem(SCHEMA, why, &format!("{at}/Resource"));
+                }
                 let timeout_seconds = obj.get("TimeoutSeconds").and_then(|t| {
                     let n = t.as_f64().filter(|n| *n > 0.0);
                     if n.is_none() {
@@ -927,6 +930,20 @@ impl Checker {
     }
 }
 
+/// Why a Task's `Resource` cannot run here: AWS service integrations other than Lambda's
+/// `invoke` (callbacks with `.waitForTaskToken` and `.sync` included) and activities.
+fn unsupported_resource(resource: &str) -> Option<String> {
+    if resource.starts_with("arn:aws:states:::") && resource != "arn:aws:states:::lambda:invoke" {
+        return Some(format!(
+            "the service integration {resource} is not supported: use a Function's name or arn:aws:states:::lambda:invoke"
+        ));
+    }
+    if resource.starts_with("arn:aws:states:") && resource.contains(":activity:") {
+        return Some(format!("activities are not supported: {resource}"));
+    }
+    None
+}
+
 /// A state name as a JSON pointer token.
 fn pointer_escape(name: &str) -> String {
     name.replace('~', "~0").replace('/', "~1")
@@ -1003,6 +1020,11 @@ mod tests {
                 "exactly one of Seconds",
             ),
             (json!("StartAt: ["), "not valid JSON or YAML"),
+            (
+                json!({"StartAt": "A", "States": {"A": {"Type": "Task", "End": true,
+                    "Resource": "arn:aws:states:::lambda:invoke.waitForTaskToken"}}}),
+                "SCHEMA_VALIDATION_FAILED: the service integration arn:aws:states:::lambda:invoke.waitForTaskToken is not supported",
+            ),
         ];
         for (definition, want) in cases {
             let got = problems(definition.clone());
