@@ -281,6 +281,44 @@ async fn a_run_resumes_after_its_controller_restarts() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A label put on a running run (a metadata change: the driver's next write conflicts)
+/// does not stop it.
+#[tokio::test]
+async fn a_run_labelled_while_it_runs_goes_on() -> anyhow::Result<()> {
+    let (_api, client) = start().await?;
+    let functions = Arc::new(Functions::default());
+    let _controller = controller_task(&client, functions.clone());
+    workflow(
+        &client,
+        "held",
+        json!({"StartAt": "Hold", "States": {"Hold": {"Type": "Task", "Resource": "hold", "Next": "After"},
+               "After": {"Type": "Task", "Resource": "double", "End": true}}}),
+    )
+    .await?;
+    let name = start_run(&client, "held", json!({"n": 1})).await?;
+    tokio::time::timeout(WAIT, functions.hold_called.notified()).await?;
+    let api: Api<WorkflowRun> = Api::namespaced(client.clone(), "default");
+    let patch = json!({"metadata": {"labels": {"team": "a"}}});
+    api.patch(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    functions.release.notify_one();
+    let run = finished(&client, &name).await?;
+    let status = run.status.unwrap();
+    assert_eq!(
+        status.phase.as_deref(),
+        Some(phase::SUCCEEDED),
+        "{:?}",
+        status.cause
+    );
+    assert_eq!(status.output, Some(json!({"n": 0})));
+    assert_eq!(functions.count("hold"), 1);
+    Ok(())
+}
+
 #[tokio::test]
 async fn deleting_a_running_run_aborts_it() -> anyhow::Result<()> {
     let (_api, client) = start().await?;

@@ -217,20 +217,15 @@ async fn reconcile_run(run: Arc<WorkflowRun>, ctx: Arc<RunCtx>) -> Result<Action
     }
     let env = ctx.env.clone();
     let drivers: Weak<Drivers> = Arc::downgrade(&ctx.drivers);
-    let api: Api<WorkflowRun> =
-        Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
-    let name = run.name_any();
+    let run = (*run).clone();
     let task_key = key.clone();
     let task_uid = uid.clone();
     let handle = tokio::spawn(async move {
-        // From the API, not the cache: the cache may not have this process's last write.
-        let result = match api.get(&name).await {
-            Ok(fresh) if fresh.uid().as_deref() == Some(task_uid.as_str()) => {
-                driver::drive(env, fresh).await
-            }
-            Ok(_) => Ok(()),
-            Err(e) => Err(e.into()),
-        };
+        // From the cache, which may lag this process's own last write: a driver started
+        // from an old status writes it (with its resourceVersion) before it calls
+        // anything, gets 409 and stops, and the watch event that settles it starts
+        // another from the newer status.
+        let result = driver::drive(env, run).await;
         if let Err(e) = &result {
             tracing::info!(run = %task_key, error = %e, "driver stopped");
         }

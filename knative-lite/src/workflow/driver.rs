@@ -88,18 +88,34 @@ impl Run {
         }
         let mut obj = self.obj.clone();
         obj.status = Some(self.status.clone());
-        match self
-            .api
-            .replace_status(&obj.name_any(), &PostParams::default(), &obj)
-            .await
-        {
-            Ok(written) => {
-                self.obj.metadata = written.metadata;
-                Ok(())
+        for _ in 0..3 {
+            match self
+                .api
+                .replace_status(&obj.name_any(), &PostParams::default(), &obj)
+                .await
+            {
+                Ok(written) => {
+                    self.obj = written;
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    // Someone changed the run. Only its metadata or spec (a label, the
+                    // deletion mark): the status is still the one this driver wrote, so the
+                    // driver carries on. Its status: another driver has it.
+                    let latest = self.api.get(&obj.name_any()).await?;
+                    if latest.status != self.obj.status
+                        || latest.metadata.deletion_timestamp.is_some()
+                    {
+                        return Err(Error::Superseded);
+                    }
+                    obj.metadata = latest.metadata.clone();
+                    self.obj = latest;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => return Err(Error::Superseded),
+                Err(e) => return Err(e.into()),
             }
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Err(Error::Superseded),
-            Err(e) => Err(e.into()),
         }
+        Err(Error::Superseded)
     }
 
     fn record(&mut self, events: Vec<HistoryEvent>) {

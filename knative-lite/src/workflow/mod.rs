@@ -156,8 +156,9 @@ pub struct WorkflowRunStatus {
 }
 
 impl WorkflowRun {
-    /// A new run of `workflow` with `input`, named `<workflow>-<random>` and labelled with
-    /// its workflow: what `kubectl fn run` and the gateway create.
+    /// A new run of `workflow` with `input`, named `<workflow>-<random>`, labelled with its
+    /// workflow and carrying the finalizer already (the controller need not add it before
+    /// it starts): what `kubectl fn run` and the gateway create.
     pub fn of(workflow: &str, input: serde_json::Value) -> WorkflowRun {
         let mut run = WorkflowRun::new(
             "",
@@ -169,6 +170,7 @@ impl WorkflowRun {
         run.metadata.name = None;
         run.metadata.generate_name = Some(format!("{workflow}-"));
         run.metadata.labels = Some([(WORKFLOW_LABEL.to_owned(), workflow.to_owned())].into());
+        run.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
         run
     }
 }
