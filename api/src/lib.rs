@@ -10,6 +10,7 @@ pub mod kinds;
 pub mod meta;
 pub mod patch;
 pub mod quantity;
+pub mod rbac;
 pub mod registry;
 pub mod selector;
 pub mod status;
