@@ -1,9 +1,12 @@
 //! Role-based access control's matching, as upstream's `rbac/v1` helpers define it: which
-//! request a PolicyRule covers and whom a binding's subject names. Pure, so the API server's
-//! authorizer, the access reviews, escalation checks and the bootstrap policy's tests all
-//! read rules the same way.
+//! request a PolicyRule covers, whom a binding's subject names, and which rules an aggregated
+//! ClusterRole gathers. Pure, so the API server's authorizer, the access reviews, escalation
+//! checks, the aggregation controller and the bootstrap policy's tests all read rules the same
+//! way.
 
-use k8s_openapi::api::rbac::v1::{PolicyRule, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Subject};
+
+use crate::selector::{Selector, SelectorError};
 
 /// The verb, resource and path of one request, as an authorizer sees them (upstream's
 /// `authorizer.Attributes`).
@@ -58,7 +61,7 @@ impl Attributes {
         self
     }
 
-    pub fn sub(mut self, subresource: &str) -> Self {
+    pub fn subresource(mut self, subresource: &str) -> Self {
         self.subresource = subresource.into();
         self
     }
@@ -109,7 +112,7 @@ fn name_matches(rule: &PolicyRule, a: &Attributes) -> bool {
     match &rule.resource_names {
         None => true,
         Some(names) if names.is_empty() => true,
-        Some(names) => names.iter().any(|n| *n == a.name),
+        Some(names) => names.contains(&a.name),
     }
 }
 
@@ -133,7 +136,7 @@ pub fn subject_matches(
 ) -> bool {
     match subject.kind.as_str() {
         "User" => subject.name == user,
-        "Group" => groups.iter().any(|g| *g == subject.name),
+        "Group" => groups.contains(&subject.name),
         "ServiceAccount" => {
             let ns = subject
                 .namespace
@@ -185,6 +188,54 @@ pub fn non_resource_rule(verbs: &[&str], urls: &[&str]) -> PolicyRule {
     }
 }
 
+/// Two rules that allow the same, as upstream's semantic equality reads them: an empty list
+/// is no list.
+fn same_rule(a: &PolicyRule, b: &PolicyRule) -> bool {
+    let list = |v: &Option<Vec<String>>| v.clone().unwrap_or_default();
+    a.verbs == b.verbs
+        && list(&a.api_groups) == list(&b.api_groups)
+        && list(&a.resources) == list(&b.resources)
+        && list(&a.resource_names) == list(&b.resource_names)
+        && list(&a.non_resource_urls) == list(&b.non_resource_urls)
+}
+
+/// Whether two lists of rules are the same, rule by rule.
+pub fn same_rules(a: &[PolicyRule], b: &[PolicyRule]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_rule(x, y))
+}
+
+/// The rules an aggregated ClusterRole holds, as upstream's ClusterRoleAggregationController
+/// computes them: for each of its `clusterRoleSelectors` in order, the rules of the matching
+/// ClusterRoles other than itself, by name, each rule once. `None` when `role` aggregates
+/// nothing.
+pub fn aggregate<R: std::borrow::Borrow<ClusterRole>>(
+    role: &ClusterRole,
+    all: &[R],
+) -> Result<Option<Vec<PolicyRule>>, SelectorError> {
+    let Some(aggregation) = &role.aggregation_rule else {
+        return Ok(None);
+    };
+    let mut rules: Vec<PolicyRule> = Vec::new();
+    for selector in aggregation.cluster_role_selectors.iter().flatten() {
+        let selector = Selector::from_label_selector(Some(selector))?;
+        let mut matching: Vec<&ClusterRole> = all
+            .iter()
+            .map(|r| r.borrow())
+            .filter(|r| r.metadata.name != role.metadata.name)
+            .filter(|r| selector.matches(r.metadata.labels.as_ref()))
+            .collect();
+        matching.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        for r in matching {
+            for rule in r.rules.iter().flatten() {
+                if !rules.iter().any(|have| same_rule(have, rule)) {
+                    rules.push(rule.clone());
+                }
+            }
+        }
+    }
+    Ok(Some(rules))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,18 +253,18 @@ mod tests {
             &r,
             &Attributes::resource("u", &[], "get", "apps", "pods")
         ));
-        assert!(!rule_allows(&r, &pods("get").sub("log")));
+        assert!(!rule_allows(&r, &pods("get").subresource("log")));
         assert!(rule_allows(
             &rule(&["*"], &["*"], &["*"]),
-            &pods("delete").sub("exec")
+            &pods("delete").subresource("exec")
         ));
         assert!(rule_allows(
             &rule(&["get"], &[""], &["pods/log"]),
-            &pods("get").sub("log")
+            &pods("get").subresource("log")
         ));
         assert!(rule_allows(
             &rule(&["get"], &[""], &["*/scale"]),
-            &pods("get").sub("scale")
+            &pods("get").subresource("scale")
         ));
         assert!(!rule_allows(
             &rule(&["get"], &[""], &["*/scale"]),
@@ -291,7 +342,7 @@ mod tests {
         );
         assert_eq!(
             forbidden_message(
-                &Attributes::resource("u", &[], "get", "apps", "deployments").sub("scale")
+                &Attributes::resource("u", &[], "get", "apps", "deployments").subresource("scale")
             ),
             "User \"u\" cannot get resource \"deployments/scale\" in API group \"apps\" at the cluster scope"
         );
@@ -299,5 +350,68 @@ mod tests {
             forbidden_message(&Attributes::non_resource("u", &[], "get", "/metrics")),
             "User \"u\" cannot get path \"/metrics\""
         );
+    }
+
+    fn role(name: &str, labels: &[(&str, &str)], rules: Vec<PolicyRule>) -> ClusterRole {
+        let mut r = ClusterRole {
+            rules: Some(rules),
+            ..Default::default()
+        };
+        r.metadata.name = Some(name.into());
+        r.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        r
+    }
+
+    fn aggregating(name: &str, labels: &[&str]) -> ClusterRole {
+        let mut r = role(name, &[], vec![]);
+        r.rules = None;
+        r.aggregation_rule = Some(k8s_openapi::api::rbac::v1::AggregationRule {
+            cluster_role_selectors: Some(
+                labels
+                    .iter()
+                    .map(
+                        |l| k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                            match_labels: Some([(l.to_string(), "true".to_string())].into()),
+                            ..Default::default()
+                        },
+                    )
+                    .collect(),
+            ),
+        });
+        r
+    }
+
+    #[test]
+    fn aggregation_gathers_by_selector_then_name_each_rule_once() {
+        let get = rule(&["get"], &[""], &["pods"]);
+        let list = rule(&["list"], &[""], &["pods"]);
+        let mut same_as_get = get.clone();
+        same_as_get.resource_names = Some(vec![]);
+        let watch = rule(&["watch"], &["apps"], &["deployments"]);
+        let target = aggregating("agg", &["a", "b"]);
+        let all = vec![
+            role("z", &[("a", "true")], vec![list.clone(), get.clone()]),
+            role("y", &[("a", "true")], vec![get.clone()]),
+            role("x", &[("b", "true")], vec![watch.clone(), same_as_get]),
+            role("w", &[("c", "true")], vec![rule(&["*"], &["*"], &["*"])]),
+            target.clone(),
+        ];
+        let rules = aggregate(&target, &all).unwrap().unwrap();
+        assert!(same_rules(&rules, &[get, list, watch]), "{rules:?}");
+        // Not an aggregated role.
+        assert_eq!(aggregate(&all[0], &all).unwrap(), None);
+        // A role labelled for itself does not feed itself.
+        let mut selfish = aggregating("selfish", &["a"]);
+        selfish.metadata.labels = Some([("a".to_string(), "true".to_string())].into());
+        selfish.rules = Some(vec![rule(&["delete"], &[""], &["secrets"])]);
+        let rules = aggregate(&selfish, std::slice::from_ref(&selfish))
+            .unwrap()
+            .unwrap();
+        assert!(rules.is_empty());
     }
 }

@@ -59,6 +59,10 @@ pub enum AuthError {
 
 #[derive(Clone, Default)]
 pub struct Authenticator {
+    /// `--anonymous-auth` (see `ServeOptions::anonymous_auth`).
+    pub anonymous: Option<bool>,
+    /// Who may impersonate whom.
+    pub authorizer: Option<Arc<crate::authz::Authorizer>>,
     tokens: HashMap<String, UserInfo>,
     /// Set once the store and the service-account key exist.
     service_accounts: OnceLock<Arc<ServiceAccountTokens>>,
@@ -220,10 +224,12 @@ fn unescape_extra_key(key: &str) -> String {
 
 /// Upstream's impersonation filter: `Ok(None)` when the request asks for none, the user and
 /// extra to act as when `requester` may impersonate each part, else its 403 (or the 500 for
-/// groups, extras or a uid without a user). With no RBAC yet, only `system:masters` may.
+/// groups, extras or a uid without a user). `system:masters` may, and whoever the authorizer
+/// allows the `impersonate` verb on each part.
 pub fn impersonate(
     requester: &UserInfo,
     headers: &HeaderMap,
+    authorizer: Option<&crate::authz::Authorizer>,
 ) -> Result<Option<(UserInfo, Extra)>, ApiError> {
     let values = |name: &str| -> Vec<&str> {
         headers
@@ -309,7 +315,21 @@ pub fn impersonate(
     }
     let admin = requester.groups.iter().any(|g| g == "system:masters");
     for ask in &asks {
-        if admin {
+        let allowed = authorizer.is_some_and(|a| {
+            a.allows(&minik8s_api::rbac::Attributes {
+                user: requester.name.clone(),
+                groups: requester.groups.clone(),
+                verb: "impersonate".into(),
+                namespace: ask.namespace.into(),
+                api_group: ask.group.into(),
+                resource: ask.resource.into(),
+                subresource: ask.subresource.clone(),
+                name: ask.name.into(),
+                resource_request: true,
+                ..Default::default()
+            })
+        });
+        if admin || allowed {
             continue;
         }
         let resource = if ask.subresource.is_empty() {
@@ -398,8 +418,8 @@ mod tests {
     #[test]
     fn impersonation() {
         let admin = user("admin", &["system:masters", "system:authenticated"]);
-        assert_eq!(impersonate(&admin, &HeaderMap::new()).unwrap(), None);
-        let (jane, extra) = impersonate(&admin, &headers(&[("Impersonate-User", "jane")]))
+        assert_eq!(impersonate(&admin, &HeaderMap::new(), None).unwrap(), None);
+        let (jane, extra) = impersonate(&admin, &headers(&[("Impersonate-User", "jane")]), None)
             .unwrap()
             .unwrap();
         assert_eq!(jane, user("jane", &["system:authenticated"]));
@@ -415,6 +435,7 @@ mod tests {
                 ("Impersonate-Extra-Scopes", "edit"),
                 ("Impersonate-Extra-example.com%2fteam", "a"),
             ]),
+            None,
         )
         .unwrap()
         .unwrap();
@@ -426,6 +447,7 @@ mod tests {
         let (sa, _) = impersonate(
             &admin,
             &headers(&[("Impersonate-User", "system:serviceaccount:ns1:bot")]),
+            None,
         )
         .unwrap()
         .unwrap();
@@ -440,16 +462,17 @@ mod tests {
         let (anon, _) = impersonate(
             &admin,
             &headers(&[("Impersonate-User", "system:anonymous")]),
+            None,
         )
         .unwrap()
         .unwrap();
         assert_eq!(anon.groups, vec!["system:unauthenticated"]);
         // Groups without a user.
-        let err = impersonate(&admin, &headers(&[("Impersonate-Group", "dev")])).unwrap_err();
+        let err = impersonate(&admin, &headers(&[("Impersonate-Group", "dev")]), None).unwrap_err();
         assert_eq!(err.code, 500);
         // Someone who is not an admin.
         let bob = user("bob", &["system:authenticated"]);
-        let err = impersonate(&bob, &headers(&[("Impersonate-User", "jane")])).unwrap_err();
+        let err = impersonate(&bob, &headers(&[("Impersonate-User", "jane")]), None).unwrap_err();
         assert_eq!(err.code, 403);
         assert_eq!(
             err.message,
@@ -458,6 +481,7 @@ mod tests {
         let err = impersonate(
             &bob,
             &headers(&[("Impersonate-User", "system:serviceaccount:ns1:bot")]),
+            None,
         )
         .unwrap_err();
         assert_eq!(

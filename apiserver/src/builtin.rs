@@ -41,6 +41,7 @@ use schemars::JsonSchema;
 
 use crate::admission::default_storage_class::{self, DefaultStorageClass};
 use crate::admission::limit_ranger::{self, LimitRanger};
+use crate::admission::pod_security::{self, PodAdmission};
 use crate::admission::priority::{self, OneGlobalDefault, PriorityAdmission};
 use crate::admission::pvc_resize::{self, ClaimResize};
 use crate::admission::resource_quota::{self, Counted, QuotaAdmission};
@@ -97,9 +98,18 @@ fn services(server: &ApiServer) -> GenericRegistry<BuiltIn<Service>> {
     counted(server, registry::<Service>(server)).with_hooks(server.services.clone())
 }
 
-/// The namespaces registry keeps the namespace cache up to date with its own writes.
-fn namespaces(server: &ApiServer) -> GenericRegistry<BuiltIn<Namespace>> {
-    let registry = registry::<Namespace>(server);
+/// The namespaces registry keeps the namespace cache up to date with its own writes, and
+/// PodSecurity checks the labels written.
+fn namespaces(
+    server: &ApiServer,
+    pod_security: Option<&pod_security::Plugins>,
+) -> GenericRegistry<BuiltIn<Namespace>> {
+    let mut registry = registry::<Namespace>(server);
+    if let Some(p) = pod_security {
+        registry = registry
+            .with_admission(p.namespaces.clone())
+            .with_update_admission(p.namespaces.clone());
+    }
     match &server.options.namespaces {
         Some(cache) => registry.with_hooks(cache.clone()),
         None => registry,
@@ -108,8 +118,11 @@ fn namespaces(server: &ApiServer) -> GenericRegistry<BuiltIn<Namespace>> {
 
 /// Pods pass the admission plugins that read other objects; ServiceAccounts, LimitRanges and
 /// PriorityClasses must be registered first.
-fn pods(server: &ApiServer) -> GenericRegistry<BuiltIn<Pod>> {
-    let mut pods = registry::<Pod>(server);
+fn pods(
+    server: &ApiServer,
+    pod_security: Option<&Arc<PodAdmission>>,
+) -> GenericRegistry<BuiltIn<Pod>> {
+    let mut pods = restricted_to_nodes(server, registry::<Pod>(server));
     let admission = &server.options.admission;
     // In upstream's order: LimitRanger, ServiceAccount, Priority, then RuntimeClass.
     if admission.enabled(limit_ranger::PLUGIN_NAME) {
@@ -134,7 +147,43 @@ fn pods(server: &ApiServer) -> GenericRegistry<BuiltIn<Pod>> {
                 pods.with_admission(Arc::new(RuntimeClassAdmission::new(classes.clone(), phase)));
         }
     }
-    counted(server, pods)
+    // PodSecurity validates the pod as stored, before ResourceQuota charges it.
+    counted(server, pod_security::attach(pods, pod_security))
+}
+
+/// `registry` with NodeRestriction: a kubelet writes only its own node, lease and pods.
+fn restricted_to_nodes<K>(
+    server: &ApiServer,
+    registry: GenericRegistry<BuiltIn<K>>,
+) -> GenericRegistry<BuiltIn<K>>
+where
+    K: Kind,
+    crate::admission::node_restriction::NodeRestriction:
+        crate::registry::generic::CreateAdmission<K> + crate::registry::generic::UpdateAdmission<K>,
+{
+    if !server
+        .options
+        .admission
+        .enabled(crate::admission::node_restriction::PLUGIN_NAME)
+    {
+        return registry;
+    }
+    let plugin = crate::admission::node_restriction::NodeRestriction::new();
+    registry
+        .with_admission(plugin.clone())
+        .with_update_admission(plugin)
+}
+
+/// Serves `K`, a kind that templates pods: PodSecurity warns about its template.
+fn templating<K>(server: &ApiServer, pod_security: Option<&Arc<PodAdmission>>)
+where
+    K: Kind + JsonSchema + pod_security::PodSpecSource + pod_security::SignificantUpdate,
+{
+    serve(
+        server,
+        pod_security::attach(registry::<K>(server), pod_security),
+        None,
+    );
 }
 
 /// Claims pass the storage admission plugins, in upstream's order: DefaultStorageClass and
@@ -210,6 +259,23 @@ fn plain<K: Kind + JsonSchema>(server: &ApiServer) {
     serve(server, registry::<K>(server), None);
 }
 
+/// An RBAC kind: writes that would grant what the writer does not hold are refused.
+fn rbac<K>(server: &ApiServer)
+where
+    K: Kind + JsonSchema,
+    crate::authz::escalation::Escalation:
+        crate::registry::generic::CreateAdmission<K> + crate::registry::generic::UpdateAdmission<K>,
+{
+    let mut registry = registry::<K>(server);
+    if let Some(authorizer) = &server.options.authorizer {
+        let check = crate::authz::escalation::Escalation::new(authorizer.clone());
+        registry = registry
+            .with_admission(check.clone())
+            .with_update_admission(check);
+    }
+    serve(server, registry, None);
+}
+
 /// Serves `V`, another version of objects stored as `V::Hub`: the same keys, so one
 /// resourceVersion and one watch history, and the hub's rules through conversion. Callers
 /// that want the registry by type ask for the hub's.
@@ -229,6 +295,7 @@ fn converted<V: Convertible + JsonSchema>(server: &ApiServer) {
 }
 
 pub fn register(server: &ApiServer) {
+    let pod_security = pod_security::Plugins::new(&server.options.admission);
     let accounts = Arc::new(ServiceAccountExtension {
         auth: server.auth.clone(),
     });
@@ -236,18 +303,24 @@ pub fn register(server: &ApiServer) {
     serve(server, priority_classes(server), None);
     serve(
         server,
-        namespaces(server),
+        namespaces(server, pod_security.as_ref()),
         Some(Arc::new(NamespaceExtension)),
     );
     plain::<PodDisruptionBudget>(server);
     plain::<LimitRange>(server);
     plain::<ResourceQuota>(server);
+    let secured = pod_security
+        .as_ref()
+        .map(|p| p.for_pods(server.registry::<Namespace>()));
     let budgets = server.registry::<PodDisruptionBudget>();
     serve(
         server,
-        pods(server),
+        pods(server, secured.as_ref()),
         Some(Arc::new(PodExtension { budgets })),
     );
+    if let Some(p) = &pod_security {
+        p.namespaces.set_pods(&server.registry::<Pod>());
+    }
     let bindings = BindingsEndpoint::new(server.registry::<Pod>());
     server.openapi.register_type::<Binding>();
     server.register(Arc::new(bindings));
@@ -255,31 +328,41 @@ pub fn register(server: &ApiServer) {
     plain::<Endpoints>(server);
     plain_counted::<ConfigMap>(server);
     plain_counted::<Secret>(server);
-    plain::<Node>(server);
+    serve(
+        server,
+        restricted_to_nodes(server, registry::<Node>(server)),
+        None,
+    );
     plain::<Event>(server);
     serve(server, volumes(server), None);
     plain::<StorageClass>(server);
     serve(server, claims(server), None);
-    plain::<Deployment>(server);
-    plain::<ReplicaSet>(server);
-    plain::<StatefulSet>(server);
-    plain::<DaemonSet>(server);
-    plain::<Job>(server);
-    plain::<CronJob>(server);
+    templating::<Deployment>(server, secured.as_ref());
+    templating::<ReplicaSet>(server, secured.as_ref());
+    templating::<StatefulSet>(server, secured.as_ref());
+    templating::<DaemonSet>(server, secured.as_ref());
+    templating::<Job>(server, secured.as_ref());
+    templating::<CronJob>(server, secured.as_ref());
     plain::<HorizontalPodAutoscaler>(server);
     converted::<HorizontalPodAutoscalerV1>(server);
     plain::<Ingress>(server);
     plain::<IngressClass>(server);
     plain::<EndpointSlice>(server);
-    plain::<Lease>(server);
-    plain::<Role>(server);
-    plain::<RoleBinding>(server);
-    plain::<ClusterRole>(server);
-    plain::<ClusterRoleBinding>(server);
+    serve(
+        server,
+        restricted_to_nodes(server, registry::<Lease>(server)),
+        None,
+    );
+    rbac::<Role>(server);
+    rbac::<RoleBinding>(server);
+    rbac::<ClusterRole>(server);
+    rbac::<ClusterRoleBinding>(server);
     plain::<EventV1>(server);
     plain::<CustomResourceDefinition>(server);
-    plain_counted::<ReplicationController>(server);
-    plain::<PodTemplate>(server);
+    let controllers =
+        pod_security::attach(registry::<ReplicationController>(server), secured.as_ref());
+    serve(server, counted(server, controllers), None);
+    templating::<PodTemplate>(server, secured.as_ref());
     plain::<ControllerRevision>(server);
     plain::<RuntimeClass>(server);
     plain::<NetworkPolicy>(server);

@@ -6,7 +6,9 @@
 
 pub mod admission;
 pub mod aggregator;
+pub mod audit;
 pub mod auth;
+pub mod authz;
 pub mod builtin;
 pub mod crds;
 pub mod handlers;
@@ -15,6 +17,7 @@ pub mod metrics;
 pub mod pki;
 mod policy_params;
 pub mod protobuf;
+pub mod rbac_bootstrap;
 pub mod registry;
 pub mod serve;
 pub mod server;

@@ -17,6 +17,10 @@ use crate::auth::{ClientCertIdentity, user_from_certificate};
 use crate::pki::Pki;
 use crate::server::ServerError;
 
+/// The address a request's connection came from (sources of audit events).
+#[derive(Clone, Copy, Debug)]
+pub struct RemoteAddr(pub std::net::SocketAddr);
+
 fn tls_error(e: impl std::fmt::Display) -> ServerError {
     ServerError::Tls(e.to_string())
 }
@@ -92,6 +96,7 @@ pub async fn serve_tls(
                     if let Some(user) = identity.clone() {
                         req.extensions_mut().insert(ClientCertIdentity(user));
                     }
+                    req.extensions_mut().insert(RemoteAddr(peer));
                     app.clone().oneshot(req)
                 });
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());

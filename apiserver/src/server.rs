@@ -66,6 +66,8 @@ pub struct ApiServer {
     pub kubelet: std::sync::OnceLock<Arc<crate::kubelet::KubeletClient>>,
     /// Services' cluster IPs and node ports.
     pub services: Arc<ServiceAllocator>,
+    /// Where audit events go, when the flags turn auditing on.
+    pub audit: std::sync::OnceLock<Arc<crate::audit::Auditor>>,
     /// Group versions served by other API servers (APIServices).
     pub aggregator: Arc<crate::aggregator::Aggregator>,
     endpoints: RwLock<Endpoints>,
@@ -81,13 +83,20 @@ impl ApiServer {
     pub fn new(
         store: DynStore,
         metrics: Arc<Metrics>,
-        auth: Authenticator,
+        mut auth: Authenticator,
         mut options: ServeOptions,
         address: String,
     ) -> Arc<Self> {
         options.namespaces = Some(crate::registry::namespaces::NamespaceCache::start(
             store.clone(),
         ));
+        auth.anonymous = options.anonymous_auth;
+        let authorizer = Arc::new(crate::authz::Authorizer::start(
+            &store,
+            &options.authorization_modes,
+        ));
+        auth.authorizer = Some(authorizer.clone());
+        options.authorizer = Some(authorizer);
         let services = Arc::new(ServiceAllocator::new(&options.service_ranges));
         let webhooks = Arc::new(crate::admission::webhook::Webhooks::default());
         options.external_admission =
@@ -102,6 +111,7 @@ impl ApiServer {
             address,
             openapi: OpenApi::new(),
             kubelet: std::sync::OnceLock::new(),
+            audit: std::sync::OnceLock::new(),
             endpoints: RwLock::new(BTreeMap::new()),
             registries: Registries::default(),
             shutting_down: Default::default(),
@@ -289,6 +299,9 @@ impl ApiServer {
         let (schemas, levels) = minik8s_api::kinds::flowcontrol::bootstrap();
         self.ensure(levels).await?;
         self.ensure(schemas).await?;
+        // And the RBAC bootstrap policy (`rbac/bootstrap-roles`), which logs what it cannot
+        // write instead of failing the start.
+        crate::rbac_bootstrap::reconcile(self).await;
         match self.address.parse::<SocketAddr>() {
             Ok(addr) => {
                 crate::registry::services::controlplane::reconcile(
@@ -354,6 +367,9 @@ pub struct Config {
     /// Pod-bound tokens asked for 3607 s live a year (kube-apiserver's
     /// `--service-account-extend-token-expiration`).
     pub service_account_extend_token_expiration: bool,
+    /// `--service-account-issuer`, `--service-account-jwks-uri` and
+    /// `--service-account-max-token-expiration`.
+    pub service_accounts: crate::serviceaccount::Options,
     pub service_cluster_ip_range: String,
     pub service_node_port_range: String,
     pub compaction_interval: Duration,
@@ -363,6 +379,10 @@ pub struct Config {
     /// Create the `local-path` StorageClass, the default, at start (k3s's `local-storage`
     /// component; `--disable-local-storage` turns it off).
     pub local_storage: bool,
+    /// `--audit-policy-file`, `--audit-log-path` and the log's rotation.
+    pub audit: crate::audit::AuditOptions,
+    /// `--encryption-provider-config`: how resources are encrypted at rest.
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 impl Config {
@@ -375,12 +395,15 @@ impl Config {
             etcd_servers: Vec::new(),
             token_auth_file: None,
             service_account_extend_token_expiration: true,
+            service_accounts: Default::default(),
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: "30000-32767".into(),
             compaction_interval: Duration::from_secs(300),
             serve: ServeOptions::default(),
             crds: Vec::new(),
             local_storage: true,
+            audit: Default::default(),
+            encryption_provider_config: None,
         }
     }
 }
@@ -406,6 +429,10 @@ pub enum ServerError {
     Bootstrap(minik8s_api::ApiError),
     #[error("{0}")]
     ServiceRange(String),
+    #[error("encryption provider config: {0}")]
+    Encryption(#[from] crate::storage::encryption::ConfigError),
+    #[error("{0}")]
+    Audit(#[from] crate::audit::AuditError),
 }
 
 /// Addresses of this machine's interfaces, for the serving certificate.
@@ -467,6 +494,17 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
     } else {
         Arc::new(EtcdStore::connect(&config.etcd_servers, metrics.store.clone()).await?)
     };
+    let store = match &config.encryption_provider_config {
+        Some(path) => {
+            let transformers = crate::storage::encryption::Transformers::load(path)?;
+            crate::storage::encryption::EncryptedStore::wrap(store, transformers)
+        }
+        None => store,
+    };
+    let auditor = crate::audit::Auditor::from_options(&config.audit)?;
+    config
+        .service_accounts
+        .check(config.service_account_extend_token_expiration)?;
     let ranges = ServiceRanges::parse(
         &config.service_cluster_ip_range,
         &config.service_node_port_range,
@@ -507,9 +545,13 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
     let mut serve = config.serve.clone();
     serve.service_ranges = ranges;
     let server = ApiServer::new(store, metrics, auth, serve, address);
+    if let Some(auditor) = auditor {
+        let _ = server.audit.set(auditor);
+    }
     let signer = crate::serviceaccount::TokenSigner::load_or_create(&pki.dir.join("sa.key"))?;
     let mut tokens = crate::serviceaccount::ServiceAccountTokens::new(signer, &server.registries);
     tokens.extend_expiration = config.service_account_extend_token_expiration;
+    tokens.configure(&config.service_accounts, &server.address);
     server.auth.set_service_accounts(Arc::new(tokens));
     // The identity the API server presents to kubelets.
     let kubelet_client = pki.client(

@@ -21,7 +21,13 @@ use crate::auth::{Extra, UserInfo};
 use crate::registry::generic::GenericRegistry;
 use crate::registry::typed::Registries;
 
-/// The issuer (and default audience) kubeadm clusters use.
+pub mod discovery;
+pub mod options;
+
+pub use options::Options;
+
+/// The issuer (and default audience) kubeadm clusters use; `--service-account-issuer`'s
+/// default here.
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// Upstream's `ExpirationExtensionSeconds`: a year, the lifetime the server gives the tokens
@@ -59,6 +65,9 @@ pub enum TokenError {
     Audience(Vec<String>),
     #[error("token was issued by {0:?}")]
     Issuer(String),
+    /// Invalid `--service-account-*` flags, every problem in upstream's words.
+    #[error("{0}")]
+    Flags(String),
 }
 
 /// A `{name, uid}` reference in the `kubernetes.io` claim.
@@ -152,7 +161,10 @@ pub struct TokenSigner {
     key: EcdsaKeyPair,
     kid: String,
     rng: SystemRandom,
+    /// The `iss` of the tokens this server issues: the first `--service-account-issuer`.
     pub issuer: String,
+    /// Every `--service-account-issuer`: tokens of earlier issuers still authenticate.
+    pub issuers: Vec<String>,
     /// What the server itself accepts: tokens for other audiences are not for it.
     pub audiences: Vec<String>,
 }
@@ -217,8 +229,30 @@ impl TokenSigner {
             kid,
             rng,
             issuer: ISSUER.into(),
+            issuers: vec![ISSUER.into()],
             audiences: vec![ISSUER.into()],
         })
+    }
+
+    /// Issues as the first of `issuers` and accepts tokens of all of them. The server's
+    /// audiences are the issuers, as upstream's `--api-audiences` defaults to them.
+    pub fn set_issuers(&mut self, issuers: &[String]) {
+        if let Some(first) = issuers.first() {
+            self.issuer = first.clone();
+            self.issuers = issuers.to_vec();
+            self.audiences = issuers.to_vec();
+        }
+    }
+
+    /// The `kid` header of the tokens this signer signs.
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+
+    /// The public key as the JWK issuer discovery serves.
+    pub fn jwk(&self) -> discovery::Jwk {
+        discovery::Jwk::es256(self.key.public_key().as_ref(), &self.kid)
+            .expect("a P-256 key pair's public key is an uncompressed point")
     }
 
     pub fn sign(&self, claims: &Claims) -> Result<String, TokenError> {
@@ -260,7 +294,7 @@ impl TokenSigner {
         .map_err(|_| TokenError::Signature)?;
         let claims: Claims =
             serde_json::from_slice(&decode(body)?).map_err(|_| TokenError::Malformed)?;
-        if claims.iss != self.issuer {
+        if !self.issuers.contains(&claims.iss) {
             return Err(TokenError::Issuer(claims.iss));
         }
         if !claims.aud.iter().any(|a| self.audiences.contains(a)) {
@@ -330,6 +364,12 @@ pub struct ServiceAccountTokens {
     pub nodes: Arc<GenericRegistry<BuiltIn<Node>>>,
     /// `--service-account-extend-token-expiration`.
     pub extend_expiration: bool,
+    /// `--service-account-max-token-expiration` in seconds: TokenRequests asking more are
+    /// shortened to it.
+    pub max_expiration: Option<i64>,
+    /// The issuer discovery documents; `None` when the issuer is not an https URL (upstream
+    /// then serves no discovery either).
+    pub discovery: Option<discovery::Discovery>,
 }
 
 /// Why a bound object no longer vouches for a token.
@@ -357,7 +397,31 @@ impl ServiceAccountTokens {
             secrets: registries.get(),
             nodes: registries.get(),
             extend_expiration: true,
+            max_expiration: None,
+            discovery: None,
         }
+    }
+
+    /// Applies the flags: the issuers, the maximum lifetime and issuer discovery, whose
+    /// default `jwks_uri` is on `external_address` (host and port). A discovery that cannot
+    /// be built is logged and left out, as upstream leaves its endpoints out.
+    pub fn configure(&mut self, options: &Options, external_address: &str) {
+        self.signer.set_issuers(&options.issuers);
+        self.max_expiration = options.max_expiration_seconds();
+        self.discovery = match discovery::Discovery::new(
+            &self.signer.issuer,
+            options.jwks_uri.as_deref(),
+            external_address,
+            vec![self.signer.jwk()],
+        ) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::error!(
+                    "Could not construct pre-rendered responses for ServiceAccountIssuerDiscovery endpoints. Endpoints will not be enabled. Error: {e}"
+                );
+                None
+            }
+        };
     }
 
     /// The user a bearer token stands for, as upstream's service-account authenticator
@@ -518,6 +582,49 @@ mod tests {
             signer.verify("not-a-token", now),
             Err(TokenError::Malformed)
         ));
+    }
+
+    #[test]
+    fn the_first_issuer_issues_and_all_are_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut signer = TokenSigner::load_or_create(&dir.path().join("sa.key")).unwrap();
+        let issuers = vec!["https://new.example".to_string(), ISSUER.to_string()];
+        signer.set_issuers(&issuers);
+        assert_eq!(signer.issuer, "https://new.example");
+        assert_eq!(signer.audiences, issuers);
+        let now = 1_700_000_000;
+        let sign = |iss: &str| {
+            let c = claims(iss, &sa(), &Binding::default(), 3600, &[ISSUER.into()], now);
+            signer.sign(&c).unwrap()
+        };
+        assert_eq!(
+            signer.verify(&sign(ISSUER), now).unwrap().iss,
+            ISSUER,
+            "the earlier issuer's tokens still verify"
+        );
+        assert!(signer.verify(&sign("https://new.example"), now).is_ok());
+        assert!(matches!(
+            signer.verify(&sign("https://other.example"), now),
+            Err(TokenError::Issuer(i)) if i == "https://other.example"
+        ));
+        // The JWK carries the tokens' kid and the key that verifies them.
+        let jwk = signer.jwk();
+        assert_eq!(jwk.kid, signer.kid());
+        let token = sign(ISSUER);
+        let header: serde_json::Value = serde_json::from_slice(
+            &URL_SAFE_NO_PAD
+                .decode(token.split('.').next().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(header, serde_json::json!({"alg": "ES256", "kid": jwk.kid}));
+        let (signed, sig) = token.rsplit_once('.').unwrap();
+        signature::UnparsedPublicKey::new(
+            &signature::ECDSA_P256_SHA256_FIXED,
+            jwk.uncompressed_point().unwrap(),
+        )
+        .verify(signed.as_bytes(), &URL_SAFE_NO_PAD.decode(sig).unwrap())
+        .unwrap();
     }
 
     #[test]

@@ -637,6 +637,16 @@ def in_cluster(c):
     check(sys.version_info[:2] == (3, 11), "the venv's Python %r is not the image's 3.11" % (sys.version_info[:2],))
     name, cm = "py-incluster", "py-incluster-watch"
     c.core.create_namespaced_config_map(c.ns, configmap(cm, {"state": "wait"}))
+    # The pod's ServiceAccount may read the namespace, as one grants it on any RBAC cluster.
+    binding = {
+        "metadata": {"name": "py-incluster-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": c.ns}],
+    }
+    try:
+        client.RbacAuthorizationV1Api(c.api).create_namespaced_role_binding(c.ns, binding)
+    except ApiException as e:
+        check(e.status == 409, "creating the role binding: %s" % one_line(e))
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name=name),
         spec=client.V1PodSpec(

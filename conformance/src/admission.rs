@@ -17,7 +17,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -30,6 +30,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "webhooks-served-by-a-pod" => webhooks_served_by_a_pod,
     "validating-admission-policy" => validating_admission_policy,
     "aggregated-api-served-by-a-pod" => aggregated_api_served_by_a_pod,
+    "pod-security-levels" => pod_security_levels,
 };
 
 pub struct Ctx {
@@ -422,6 +423,94 @@ async fn validating_admission_policy(c: &Ctx) -> anyhow::Result<()> {
     deployments.delete(&dname, &DeleteParams::default()).await?;
     bindings.delete(&name, &DeleteParams::default()).await?;
     policies.delete(&name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// PodSecurity: a namespace labelled `enforce=restricted` refuses a privileged pod with
+/// upstream's message and admits a compliant one; one labelled `warn=baseline` admits a
+/// Deployment with a privileged template, with upstream's `Warning` header.
+async fn pod_security_levels(c: &Ctx) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(c.client.clone());
+    let ns = format!("{}-psa", c.ns);
+    let labelled: Namespace = serde_json::from_value(json!({"metadata": {"name": ns, "labels": {
+        "minik8s.io/conformance": "true",
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/warn": "baseline",
+    }}}))?;
+    namespaces.create(&PostParams::default(), &labelled).await?;
+    let result = pod_security_in(c, &ns).await;
+    support::remove_namespace(&c.client, &ns, &[]).await;
+    result
+}
+
+async fn pod_security_in(c: &Ctx, ns: &str) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), ns);
+    let pp = PostParams::default();
+    let privileged: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "privileged"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36", "imagePullPolicy": "Never",
+            "command": ["sleep", "3600"], "securityContext": {"privileged": true}}]},
+    }))?;
+    match pods.create(&pp, &privileged).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => ensure!(
+            e.message
+                == concat!(
+                    r#"pods "privileged" is forbidden: violates PodSecurity "restricted:latest": "#,
+                    r#"privileged (container "c" must not set securityContext.privileged=true), "#,
+                    r#"allowPrivilegeEscalation != false (container "c" must set securityContext.allowPrivilegeEscalation=false), "#,
+                    r#"unrestricted capabilities (container "c" must set securityContext.capabilities.drop=["ALL"]), "#,
+                    r#"runAsNonRoot != true (pod or container "c" must set securityContext.runAsNonRoot=true), "#,
+                    r#"seccompProfile (pod or container "c" must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")"#
+                ),
+            "refusal: {}",
+            e.message
+        ),
+        other => anyhow::bail!("a privileged pod in a restricted namespace: {other:?}"),
+    }
+    let compliant: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "compliant"},
+        "spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "c", "image": "busybox:1.36", "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}],
+        },
+    }))?;
+    pods.create(&pp, &compliant)
+        .await
+        .context("a compliant pod in a restricted namespace")?;
+    pods.delete("compliant", &DeleteParams::default()).await?;
+
+    // kube-rs drops Warning headers, so the Deployment is sent raw (as a dry run).
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "privileged"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "privileged"}},
+            "template": {"metadata": {"labels": {"app": "privileged"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
+                    "securityContext": {"privileged": true}}]}},
+        },
+    });
+    let req = http::Request::post(format!(
+        "/apis/apps/v1/namespaces/{ns}/deployments?dryRun=All"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(kube::client::Body::from(serde_json::to_vec(&deployment)?))?;
+    let resp = c.client.send(req).await?;
+    ensure!(
+        resp.status() == http::StatusCode::CREATED,
+        "dry-run create: {}",
+        resp.status()
+    );
+    let warnings: Vec<&str> = resp
+        .headers()
+        .get_all(http::header::WARNING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let want = r#"299 - "would violate PodSecurity \"baseline:latest\": privileged (container \"c\" must not set securityContext.privileged=true)""#;
+    ensure!(warnings == [want], "warnings: {warnings:?}");
     Ok(())
 }
 

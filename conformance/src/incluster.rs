@@ -109,6 +109,19 @@ pub async fn run(
         json!({"metadata": {"name": config_map}, "data": {"state": "wait"}}),
     )?;
     cms.create(&PostParams::default(), &cm).await?;
+    // The pod's ServiceAccount may read the namespace, as one grants it on any RBAC cluster
+    // (`kubectl create rolebinding --clusterrole=view --serviceaccount=<ns>:default`).
+    let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+        Api::namespaced(client.clone(), ns);
+    let view: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{name}-view")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}],
+    }))?;
+    match bindings.create(&PostParams::default(), &view).await {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
     let created = pods.create(&PostParams::default(), &pod).await?;
     let mounted = created
         .spec

@@ -45,6 +45,9 @@ pub const LEGACY_UNKNOWN: &str = "kubernetes.io/legacy-unknown";
 
 /// How far back certificates start, as upstream's signer (`backdate`).
 const BACKDATE: Duration = Duration::from_secs(5 * 60);
+/// Certificates living at least this long include the backdate in their lifetime
+/// (upstream's `Short`: 5 minutes is about 1% of 8 hours).
+const SHORT: Duration = Duration::from_secs(8 * 3600);
 
 /// The cluster CA and how long its certificates last (upstream's `--cluster-signing-*`).
 #[derive(Clone, Debug)]
@@ -304,7 +307,13 @@ pub fn sign(
         .filter_map(|u| extended_key_usage(u))
         .collect();
     p.not_before = offset(now) - BACKDATE;
-    let mut not_after = offset(now) + lifetime;
+    // Upstream's signing policy: a short certificate gets the backdate on top of its
+    // lifetime; from SHORT on, the lifetime includes it.
+    let mut not_after = if lifetime < SHORT {
+        offset(now) + lifetime
+    } else {
+        offset(now) + lifetime - BACKDATE
+    };
     if let Some(ca_end) =
         ca_not_after.and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
     {

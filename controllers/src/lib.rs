@@ -3,6 +3,7 @@
 //! API (watch, reflector cache, reconcile by key, requeue with backoff), so they prove the API
 //! works for third-party controllers too.
 
+pub mod clusterroleaggregation;
 pub mod cronjob;
 pub mod csrsigning;
 pub mod daemonset;

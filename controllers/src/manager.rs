@@ -24,6 +24,65 @@ pub struct ControllerManagerOptions {
     pub hpa: crate::podautoscaler::HpaOptions,
     /// The `--cluster-signing-*` flags: the CA the CSR signing controller signs with.
     pub signing: Option<crate::csrsigning::SigningOptions>,
+    /// `--use-service-account-credentials`: the client each controller writes through, made
+    /// for its ServiceAccount's name (see [`service_account_of`]); `None`: the manager's own.
+    pub credentials: Option<Credentials>,
+}
+
+/// Makes the client of a controller's ServiceAccount (in kube-system) from its name.
+#[derive(Clone)]
+pub struct Credentials(pub Arc<dyn Fn(&str) -> kube::Client + Send + Sync>);
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials")
+    }
+}
+
+/// The ServiceAccount (in kube-system) a controller acts as with
+/// `--use-service-account-credentials`: upstream's names, whose `system:controller:<name>`
+/// ClusterRoles the bootstrap policy binds.
+pub fn service_account_of(controller: &str) -> Option<&'static str> {
+    Some(match controller {
+        "replicaset" => "replicaset-controller",
+        "replicationcontroller" => "replication-controller",
+        "deployment" => "deployment-controller",
+        "job" => "job-controller",
+        "cronjob" => "cronjob-controller",
+        "daemonset" => "daemon-set-controller",
+        "statefulset" => "statefulset-controller",
+        "ttl-after-finished" => "ttl-after-finished-controller",
+        "garbagecollector" => "generic-garbage-collector",
+        "namespace" => "namespace-controller",
+        "serviceaccount" => "service-account-controller",
+        "endpoint" => "endpoint-controller",
+        "endpointslice" => "endpointslice-controller",
+        "node-lifecycle-controller" | "taint-eviction-controller" | NODE_IPAM => "node-controller",
+        "pod-garbage-collector" => "pod-garbage-collector",
+        crate::disruption::NAME => "disruption-controller",
+        "resourcequota" => "resourcequota-controller",
+        "persistentvolume-binder" => "persistent-volume-binder",
+        "persistentvolume-protection" => "pv-protection-controller",
+        "persistentvolumeclaim-protection" => "pvc-protection-controller",
+        "persistentvolume-expander" => "expand-controller",
+        "ephemeral-volume" => "ephemeral-volume-controller",
+        "clusterrole-aggregation" => "clusterrole-aggregation-controller",
+        ROOT_CA_PUBLISHER => "root-ca-cert-publisher",
+        HPA => "horizontal-pod-autoscaler",
+        crate::csrsigning::NAME => "certificate-controller",
+        _ => return None,
+    })
+}
+
+impl ControllerManagerOptions {
+    /// The informers controller `name` runs on: the shared caches, writing through its
+    /// ServiceAccount's client when credentials are on.
+    fn informers_for(&self, informers: &Arc<Informers>, name: &str) -> Arc<Informers> {
+        match (&self.credentials, service_account_of(name)) {
+            (Some(credentials), Some(sa)) => informers.with_client((credentials.0)(sa)),
+            _ => informers.clone(),
+        }
+    }
 }
 
 impl Default for ControllerManagerOptions {
@@ -35,6 +94,7 @@ impl Default for ControllerManagerOptions {
             root_ca: None,
             hpa: Default::default(),
             signing: None,
+            credentials: None,
         }
     }
 }
@@ -114,6 +174,9 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         (crate::ephemeral::NAME, |c| {
             Box::pin(crate::ephemeral::run(c))
         }),
+        (crate::clusterroleaggregation::NAME, |c| {
+            Box::pin(crate::clusterroleaggregation::run(c))
+        }),
     ]
 }
 
@@ -134,17 +197,20 @@ pub async fn run_controllers(informers: Arc<Informers>, options: &ControllerMana
     for (name, start) in controllers() {
         if options.enabled(name) {
             tracing::info!(controller = name, "starting controller");
-            set.spawn(start(informers.clone()));
+            set.spawn(start(options.informers_for(&informers, name)));
         }
     }
     if options.enabled(NODE_IPAM) {
         tracing::info!(controller = NODE_IPAM, "starting controller");
-        set.spawn(node_ipam(informers.clone(), options.node_ipam.clone()));
+        set.spawn(node_ipam(
+            options.informers_for(&informers, NODE_IPAM),
+            options.node_ipam.clone(),
+        ));
     }
     if options.enabled(HPA) {
         tracing::info!(controller = HPA, "starting controller");
         set.spawn(crate::podautoscaler::run(
-            informers.clone(),
+            options.informers_for(&informers, HPA),
             options.hpa.clone(),
         ));
     }
@@ -153,7 +219,10 @@ pub async fn run_controllers(informers: Arc<Informers>, options: &ControllerMana
         match &options.signing {
             Some(signing) => {
                 tracing::info!(controller = crate::csrsigning::NAME, "starting controller");
-                set.spawn(crate::csrsigning::run(informers.clone(), signing.clone()));
+                set.spawn(crate::csrsigning::run(
+                    options.informers_for(&informers, crate::csrsigning::NAME),
+                    signing.clone(),
+                ));
             }
             None => tracing::info!(
                 controller = crate::csrsigning::NAME,
@@ -167,7 +236,7 @@ pub async fn run_controllers(informers: Arc<Informers>, options: &ControllerMana
             Some(ca) => {
                 tracing::info!(controller = ROOT_CA_PUBLISHER, "starting controller");
                 set.spawn(crate::rootcacertpublisher::run(
-                    informers.clone(),
+                    options.informers_for(&informers, ROOT_CA_PUBLISHER),
                     ca.clone(),
                 ));
             }

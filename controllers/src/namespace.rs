@@ -14,8 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-    PropagationPolicy,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy,
 };
 use kube::discovery::{Discovery, Scope, verbs};
 use kube::runtime::controller::{Action, Controller};
@@ -58,25 +57,21 @@ async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = ns.name_any();
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
     let mut ns = (*ns).clone();
+    // Status writes are updates (with the resourceVersion read), as upstream's controller
+    // makes them and its role allows.
     if ns.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Terminating") {
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": ns.metadata.resource_version},
-            "status": {"phase": "Terminating"},
-        });
+        ns.status.get_or_insert_with(Default::default).phase = Some("Terminating".into());
         ns = namespaces
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .replace_status(&name, &PostParams::default(), &ns)
             .await?;
     }
 
     let progress = delete_all_content(&ctx.client, &name).await;
     let conditions = progress.conditions(ns.status.as_ref().and_then(|s| s.conditions.as_ref()));
     if Some(&conditions) != ns.status.as_ref().and_then(|s| s.conditions.as_ref()) {
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": ns.metadata.resource_version},
-            "status": {"conditions": conditions},
-        });
+        ns.status.get_or_insert_with(Default::default).conditions = Some(conditions);
         ns = namespaces
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .replace_status(&name, &PostParams::default(), &ns)
             .await?;
     }
     if let Some(err) = progress.error() {

@@ -598,10 +598,15 @@ where
     }
 }
 
+/// The informers started, by kind and selection.
+type Started = HashMap<(TypeId, String), Box<dyn Any + Send + Sync>>;
+
 /// The informers of one process, started on first use.
 pub struct Informers {
     client: Client,
-    started: Mutex<HashMap<(TypeId, String), Box<dyn Any + Send + Sync>>>,
+    /// What the watches read through: the process's identity, shared by every view.
+    reader: Client,
+    started: Arc<Mutex<Started>>,
 }
 
 impl std::fmt::Debug for Informers {
@@ -613,8 +618,20 @@ impl std::fmt::Debug for Informers {
 impl Informers {
     pub fn new(client: Client) -> Arc<Self> {
         Arc::new(Informers {
+            reader: client.clone(),
             client,
-            started: Mutex::default(),
+            started: Arc::default(),
+        })
+    }
+
+    /// The same caches, with `client` as what [`Informers::client`] gives: a component that
+    /// writes as an identity of its own (a controller's ServiceAccount) and reads through the
+    /// process's shared watches.
+    pub fn with_client(&self, client: Client) -> Arc<Self> {
+        Arc::new(Informers {
+            client,
+            reader: self.reader.clone(),
+            started: self.started.clone(),
         })
     }
 
@@ -629,7 +646,7 @@ impl Informers {
         ObjectRef<K>: Hash + Eq,
     {
         self.with(
-            Api::all(self.client.clone()),
+            Api::all(self.reader.clone()),
             watcher::Config::default(),
             "",
         )
@@ -642,7 +659,7 @@ impl Informers {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         ObjectRef<K>: Hash + Eq,
     {
-        self.with(Api::all(self.client.clone()), config, id)
+        self.with(Api::all(self.reader.clone()), config, id)
     }
 
     fn with<K>(&self, api: Api<K>, config: watcher::Config, id: &str) -> Informer<K>

@@ -29,6 +29,11 @@ pub struct ControllerManagerArgs {
     /// Take the `kube-controller-manager` Lease before acting.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
+    /// Each controller writes as its own ServiceAccount in kube-system (upstream's
+    /// `system:controller:<name>` roles say what each may do); false: all as the manager.
+    /// In `minik8s server` only (in process); `controller-manager` alone acts as itself.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub use_service_account_credentials: bool,
     /// The CA bundle published in every namespace as the `kube-root-ca.crt` ConfigMap
     /// (`server` publishes its own CA without it).
     #[arg(long)]
@@ -237,6 +242,19 @@ pub fn controller_manager_user() -> UserInfo {
 }
 
 /// The identity upstream gives kube-scheduler.
+/// A ServiceAccount's identity, as its token authenticates it.
+pub fn service_account_user(namespace: &str, name: &str) -> UserInfo {
+    UserInfo {
+        name: format!("system:serviceaccount:{namespace}:{name}"),
+        uid: String::new(),
+        groups: vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated".into(),
+        ],
+    }
+}
+
 pub fn scheduler_user() -> UserInfo {
     UserInfo {
         name: "system:kube-scheduler".into(),

@@ -160,10 +160,41 @@ struct ServerArgs {
     /// CSV of `token,user,uid,"group1,group2"` for bearer-token authentication.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// An `audit.k8s.io/v1` Policy: which requests are written to the audit log, and how much
+    /// of each. Without it nothing is audited.
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// Where audit events go, one JSON line each; `-` is standard output.
+    #[arg(long)]
+    audit_log_path: Option<String>,
+    /// Days to keep rotated audit logs (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxage: u64,
+    /// Rotated audit logs to keep (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxbackup: usize,
+    /// Megabytes an audit log grows to before it is rotated (0: 100).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxsize: u64,
+    /// An `apiserver.config.k8s.io/v1` EncryptionConfiguration: the resources encrypted at
+    /// rest and their keys (see docs/security.md for key rotation).
+    #[arg(long)]
+    encryption_provider_config: Option<PathBuf>,
     /// Pod-bound tokens asked for 3607 s (the ServiceAccount admission's projection) live a
     /// year, with a `warnafter` claim at the hour.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     service_account_extend_token_expiration: bool,
+    /// The `iss` of ServiceAccount tokens and the issuer discovery names (an https URL for
+    /// discovery to be served). Repeatable: the first issues, all are accepted.
+    #[arg(long = "service-account-issuer", default_value = minik8s_apiserver::serviceaccount::ISSUER)]
+    service_account_issuer: Vec<String>,
+    /// The `jwks_uri` issuer discovery announces, when relying parties read the key set
+    /// somewhere other than this server's `/openid/v1/jwks`.
+    #[arg(long)]
+    service_account_jwks_uri: Option<String>,
+    /// TokenRequests asking for longer lifetimes get this one (between 1h and 2^32 s).
+    #[arg(long, value_parser = parse_duration)]
+    service_account_max_token_expiration: Option<Duration>,
     #[arg(long, default_value = "10.96.0.0/12")]
     service_cluster_ip_range: String,
     /// Node ports of NodePort and LoadBalancer Services: `first-last`, both included.
@@ -172,9 +203,20 @@ struct ServerArgs {
     /// How often history older than one interval is compacted away.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     etcd_compaction_interval: Duration,
+    /// The authorizers, in order: Node, RBAC, AlwaysAllow, AlwaysDeny.
+    #[arg(long, value_delimiter = ',', default_value = "Node,RBAC", value_parser = authorization_mode)]
+    authorization_mode: Vec<minik8s_apiserver::authz::Mode>,
+    /// Requests without credentials are `system:anonymous`'s (in `system:unauthenticated`),
+    /// judged by the authorizers; false answers them 401.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
     /// Admission plugins to turn off (kube-apiserver's flag): ServiceAccount.
     #[arg(long, value_delimiter = ',', value_parser = admission_plugin)]
     disable_admission_plugins: Vec<String>,
+    /// An AdmissionConfiguration file (kube-apiserver's flag); its PodSecurity entry sets
+    /// that plugin's defaults and exemptions.
+    #[arg(long)]
+    admission_control_config_file: Option<PathBuf>,
     /// Watches without timeoutSeconds last between this and twice this.
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     min_request_timeout: Duration,
@@ -252,6 +294,10 @@ fn admission_plugin(s: &str) -> Result<String, String> {
 }
 
 /// `300ms`, `10s`, `1m30s`, `1h`, or plain seconds.
+fn authorization_mode(s: &str) -> Result<minik8s_apiserver::authz::Mode, String> {
+    minik8s_apiserver::authz::Mode::parse(s)
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     minik8s_controllers::util::duration::parse_flag(s)
 }
@@ -264,7 +310,20 @@ impl ServerArgs {
         c.advertise_address = self.advertise_address;
         c.etcd_servers = self.etcd_servers.clone();
         c.token_auth_file = self.token_auth_file.clone();
+        c.audit = minik8s_apiserver::audit::AuditOptions {
+            policy_file: self.audit_policy_file.clone(),
+            log_path: self.audit_log_path.clone(),
+            log_max_age: self.audit_log_maxage,
+            log_max_backup: self.audit_log_maxbackup,
+            log_max_size: self.audit_log_maxsize,
+        };
+        c.encryption_provider_config = self.encryption_provider_config.clone();
         c.service_account_extend_token_expiration = self.service_account_extend_token_expiration;
+        c.service_accounts = minik8s_apiserver::serviceaccount::Options {
+            issuers: self.service_account_issuer.clone(),
+            jwks_uri: self.service_account_jwks_uri.clone(),
+            max_token_expiration: self.service_account_max_token_expiration,
+        };
         c.service_cluster_ip_range = self.service_cluster_ip_range.clone();
         c.service_node_port_range = self.service_node_port_range.clone();
         c.compaction_interval = self.etcd_compaction_interval;
@@ -273,8 +332,11 @@ impl ServerArgs {
         c.serve = ServeOptions {
             bookmark_interval: self.watch_bookmark_interval,
             min_request_timeout: self.min_request_timeout,
+            authorization_modes: self.authorization_mode.clone(),
+            anonymous_auth: Some(self.anonymous_auth),
             admission: minik8s_apiserver::admission::AdmissionOptions {
                 disabled: self.disable_admission_plugins.clone(),
+                ..Default::default()
             },
             ..Default::default()
         };
@@ -293,7 +355,12 @@ async fn shutdown_signal() {
 }
 
 async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()> {
-    let config = args.config();
+    let mut config = args.config();
+    if let Some(path) = &args.admission_control_config_file {
+        config.serve.admission.pod_security =
+            minik8s_apiserver::admission::pod_security::config::load(path)
+                .with_context(|| format!("admission configuration {}", path.display()))?;
+    }
     let addr = std::net::SocketAddr::new(config.bind_address, config.secure_port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -420,9 +487,11 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
             }));
         }
         if !args.disable_ingress {
+            // The Ingress proxy, Knative's router and the function gateway write as the
+            // node's network services.
             net_tasks.push(net::spawn_ingress(
                 client(),
-                informers.clone(),
+                informers.with_client(client()),
                 args.ingress_bind_address,
                 agent::node_ip(&args.agent),
                 stopped(net_stopped.clone()),
@@ -440,6 +509,17 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
             ca_key_pem: prepared.pki.ca.key_pem.clone(),
             duration: args.controller_manager.cluster_signing_duration,
         });
+    }
+    if args.controller_manager.use_service_account_credentials {
+        let router = minik8s_apiserver::router(prepared.server.clone());
+        options.credentials = Some(minik8s_controllers::manager::Credentials(
+            std::sync::Arc::new(move |sa: &str| {
+                control::local_client(
+                    router.clone(),
+                    control::service_account_user("kube-system", sa),
+                )
+            }),
+        ));
     }
     // The node agent's --cluster-cidr is the range the node IPAM controller splits.
     options.node_ipam.cluster_cidr = args.agent.cluster_cidr.clone();
@@ -469,8 +549,16 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     });
     let (stop_knative, knative_stopped) = tokio::sync::oneshot::channel::<()>();
     let knative = (with_agent && !args.disable_knative).then(|| {
+        // knative-lite's controllers write as their own ServiceAccount.
+        let knative = informers.with_client(control::local_client(
+            minik8s_apiserver::router(prepared.server.clone()),
+            control::service_account_user(
+                minik8s_apiserver::rbac_bootstrap::minik8s::KNATIVE_NAMESPACE,
+                minik8s_apiserver::rbac_bootstrap::minik8s::KNATIVE_ACCOUNT,
+            ),
+        ));
         tokio::spawn(knative_lite::run_elected(
-            informers.clone(),
+            knative,
             args.controller_manager.leader_elect,
             async {
                 let _ = knative_stopped.await;
@@ -611,4 +699,48 @@ fn main() -> anyhow::Result<()> {
             Command::Image(ImageCommand::Build(_)) => unreachable!("handled above"),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(args: &[&str]) -> minik8s_apiserver::Config {
+        let argv = ["minik8s", "server"].iter().chain(args);
+        match Cli::try_parse_from(argv).expect("flags parse").command {
+            Command::Server(args) => args.config(),
+            _ => unreachable!("a server command"),
+        }
+    }
+
+    #[test]
+    fn service_account_flags_as_kube_apiservers() {
+        let c = server(&[]);
+        assert_eq!(
+            c.service_accounts,
+            minik8s_apiserver::serviceaccount::Options::default()
+        );
+        let c = server(&[
+            "--service-account-issuer=https://new.example",
+            "--service-account-issuer",
+            "https://kubernetes.default.svc.cluster.local",
+            "--service-account-jwks-uri=https://keys.example/jwks",
+            "--service-account-max-token-expiration=48h",
+        ]);
+        assert_eq!(
+            c.service_accounts.issuers,
+            [
+                "https://new.example",
+                "https://kubernetes.default.svc.cluster.local"
+            ]
+        );
+        assert_eq!(
+            c.service_accounts.jwks_uri.as_deref(),
+            Some("https://keys.example/jwks")
+        );
+        assert_eq!(
+            c.service_accounts.max_token_expiration,
+            Some(Duration::from_secs(48 * 3600))
+        );
+    }
 }

@@ -137,6 +137,7 @@ pub fn test_serve_options() -> ServeOptions {
         bookmark_interval: Duration::from_millis(200),
         admission: minik8s_apiserver::admission::AdmissionOptions {
             disabled: vec!["ServiceAccount".into()],
+            ..Default::default()
         },
         ..Default::default()
     }
@@ -320,8 +321,21 @@ impl InProcess {
     }
 
     /// Sends `req` as the admin.
-    pub async fn send(&self, mut req: Request<axum::body::Body>) -> Reply {
-        req.extensions_mut().insert(ClientCertIdentity(admin()));
+    pub async fn send(&self, req: Request<axum::body::Body>) -> Reply {
+        self.send_as(Some(&admin()), req).await
+    }
+
+    /// Sends `req` as `user` (a verified client certificate's identity), or with no
+    /// credentials at all for `None`.
+    pub async fn send_as(
+        &self,
+        user: Option<&UserInfo>,
+        mut req: Request<axum::body::Body>,
+    ) -> Reply {
+        if let Some(user) = user {
+            req.extensions_mut()
+                .insert(ClientCertIdentity(user.clone()));
+        }
         let resp = self
             .router
             .clone()
@@ -339,6 +353,26 @@ impl InProcess {
 
     pub async fn get(&self, path: &str) -> Reply {
         self.call(Method::GET, path, None, Bytes::new()).await
+    }
+
+    /// Sends a request as `user` (see [`InProcess::send_as`]); `body` as JSON when given.
+    pub async fn call_as(
+        &self,
+        user: Option<&UserInfo>,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Reply {
+        let mut req = Request::builder().method(method).uri(path);
+        if body.is_some() {
+            req = req.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(axum::body::Body::from(
+                body.map(|b| b.to_string()).unwrap_or_default(),
+            ))
+            .expect("request");
+        self.send_as(user, req).await
     }
 
     pub async fn post(&self, path: &str, body: serde_json::Value) -> Reply {

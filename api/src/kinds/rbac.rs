@@ -76,14 +76,16 @@ fn default_role_ref(r: &mut RoleRef) {
     }
 }
 
+/// Upstream's `SetDefaults_Subject`: users and groups are RBAC's; a ServiceAccount's group is
+/// the core one, which (an empty string in Go) is left out of the object.
 fn default_subjects(subjects: &mut [Subject]) {
     for s in subjects {
-        if s.api_group.is_none() {
-            s.api_group = Some(if s.kind == "ServiceAccount" {
-                String::new()
-            } else {
-                "rbac.authorization.k8s.io".into()
-            });
+        if s.kind == "ServiceAccount" {
+            if s.api_group.as_deref() == Some("") {
+                s.api_group = None;
+            }
+        } else if s.api_group.as_deref().unwrap_or_default().is_empty() {
+            s.api_group = Some("rbac.authorization.k8s.io".into());
         }
     }
 }

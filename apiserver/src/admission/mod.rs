@@ -5,6 +5,8 @@
 pub mod default_storage_class;
 pub mod limit_ranger;
 pub mod namespace_lifecycle;
+pub mod node_restriction;
+pub mod pod_security;
 pub mod priority;
 pub mod pvc_resize;
 pub mod resource_quota;
@@ -17,6 +19,9 @@ pub mod webhook;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AdmissionOptions {
     pub disabled: Vec<String>,
+    /// The PodSecurity plugin's defaults and exemptions (kube-apiserver reads them from its
+    /// admission configuration file).
+    pub pod_security: pod_security::Configuration,
 }
 
 impl AdmissionOptions {
@@ -25,6 +30,8 @@ impl AdmissionOptions {
         default_storage_class::PLUGIN_NAME,
         limit_ranger::PLUGIN_NAME,
         namespace_lifecycle::PLUGIN_NAME,
+        node_restriction::PLUGIN_NAME,
+        pod_security::PLUGIN_NAME,
         priority::PLUGIN_NAME,
         pvc_resize::PLUGIN_NAME,
         resource_quota::PLUGIN_NAME,

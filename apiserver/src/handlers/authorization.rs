@@ -1,9 +1,8 @@
-//! `authorization.k8s.io/v1` reviews: what `kubectl auth can-i` asks. This server authorizes
-//! every authenticated request (there is no RBAC enforcement yet), so it answers as upstream's
-//! AlwaysAllow authorizer does: every access review is allowed, and a rules review lists
-//! everything. The reviews are not stored; `create` is their only verb. A
-//! LocalSubjectAccessReview is the namespaced form a namespace's admin may ask: it answers
-//! the same, once its namespaces agree.
+//! `authorization.k8s.io/v1` reviews: what `kubectl auth can-i` asks, answered by the same
+//! authorizer chain that judges requests (so a review and the request it describes agree),
+//! and a rules review lists the rules the chain would apply. The reviews are not stored;
+//! `create` is their only verb. A LocalSubjectAccessReview is the namespaced form a
+//! namespace's admin may ask: it answers the same, once its namespaces agree.
 
 use std::sync::Arc;
 
@@ -11,11 +10,12 @@ use async_trait::async_trait;
 use axum::response::Response;
 use http::StatusCode;
 use k8s_openapi::api::authorization::v1::{
-    LocalSubjectAccessReview, NonResourceRule, ResourceRule, SelfSubjectAccessReview,
-    SelfSubjectRulesReview, SubjectAccessReview, SubjectAccessReviewSpec,
-    SubjectAccessReviewStatus, SubjectRulesReviewStatus,
+    LocalSubjectAccessReview, NonResourceAttributes, NonResourceRule, ResourceAttributes,
+    ResourceRule, SelfSubjectAccessReview, SelfSubjectRulesReview, SubjectAccessReview,
+    SubjectAccessReviewSpec, SubjectAccessReviewStatus, SubjectRulesReviewStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use minik8s_api::rbac::Attributes;
 use minik8s_api::validation::{FieldError, NameRule, Path};
 use minik8s_api::{ApiError, ResourceInfo, Target};
 
@@ -23,6 +23,7 @@ use super::codec;
 use super::render;
 use super::request::Verb;
 use super::resource::{ApiRequest, Endpoint};
+use crate::authz::Decision;
 use crate::server::ApiServer;
 
 const GROUP: &str = "authorization.k8s.io";
@@ -38,6 +39,7 @@ enum Review {
 pub struct ReviewEndpoint {
     info: ResourceInfo,
     review: Review,
+    authorizer: Arc<crate::authz::Authorizer>,
 }
 
 fn info(kind: &str, plural: &str) -> ResourceInfo {
@@ -68,11 +70,17 @@ pub fn register(server: &ApiServer) {
     server.openapi.register_type::<SelfSubjectRulesReview>();
     server.openapi.register_type::<SubjectAccessReview>();
     server.openapi.register_type::<LocalSubjectAccessReview>();
+    let authorizer = server
+        .options
+        .authorizer
+        .clone()
+        .unwrap_or_else(crate::authz::default_authorizer);
     let mut local = info("LocalSubjectAccessReview", "localsubjectaccessreviews");
     local.namespaced = true;
     server.register(Arc::new(ReviewEndpoint {
         info: local,
         review: Review::LocalSubjectAccess,
+        authorizer: authorizer.clone(),
     }));
     for (kind, plural, review) in [
         (
@@ -94,6 +102,7 @@ pub fn register(server: &ApiServer) {
         server.register(Arc::new(ReviewEndpoint {
             info: info(kind, plural),
             review,
+            authorizer: authorizer.clone(),
         }));
     }
 }
@@ -185,11 +194,93 @@ fn metadata_errors(meta: &ObjectMeta) -> Vec<FieldError> {
     }
 }
 
-fn allowed() -> SubjectAccessReviewStatus {
-    SubjectAccessReviewStatus {
-        allowed: true,
+/// The attributes a review asks about, for `user` in `groups`.
+fn review_attributes(
+    user: &str,
+    groups: &[String],
+    resource: Option<&ResourceAttributes>,
+    non_resource: Option<&NonResourceAttributes>,
+) -> Attributes {
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    let mut a = Attributes {
+        user: user.into(),
+        groups: groups.to_vec(),
         ..Default::default()
+    };
+    if let Some(r) = resource {
+        a.resource_request = true;
+        a.verb = s(&r.verb);
+        a.namespace = s(&r.namespace);
+        a.api_group = s(&r.group);
+        a.resource = s(&r.resource);
+        a.subresource = s(&r.subresource);
+        a.name = s(&r.name);
+    } else if let Some(n) = non_resource {
+        a.verb = s(&n.verb);
+        a.path = s(&n.path);
     }
+    a
+}
+
+/// The chain's answer as a review's status.
+fn decide(authorizer: &crate::authz::Authorizer, a: &Attributes) -> SubjectAccessReviewStatus {
+    match authorizer.authorize(a) {
+        Decision::Allow => SubjectAccessReviewStatus {
+            allowed: true,
+            ..Default::default()
+        },
+        Decision::Deny(why) => SubjectAccessReviewStatus {
+            allowed: false,
+            denied: Some(true),
+            reason: Some(why).filter(|r| !r.is_empty()),
+            ..Default::default()
+        },
+        Decision::NoOpinion(why) => SubjectAccessReviewStatus {
+            allowed: false,
+            reason: Some(why).filter(|r| !r.is_empty()),
+            ..Default::default()
+        },
+    }
+}
+
+/// The rules the chain applies to a user in a namespace, as a rules review lists them.
+fn rules_status(
+    authorizer: &crate::authz::Authorizer,
+    user: &str,
+    groups: &[String],
+    namespace: &str,
+) -> SubjectRulesReviewStatus {
+    let (rules, complete) = authorizer.rules_for(user, groups, namespace);
+    let mut status = SubjectRulesReviewStatus {
+        incomplete: !complete,
+        ..Default::default()
+    };
+    for r in rules {
+        if r.non_resource_urls.as_ref().is_some_and(|u| !u.is_empty()) {
+            status.non_resource_rules.push(NonResourceRule {
+                verbs: r.verbs,
+                non_resource_urls: r.non_resource_urls,
+            });
+        } else {
+            status.resource_rules.push(ResourceRule {
+                verbs: r.verbs,
+                api_groups: r.api_groups,
+                resources: r.resources,
+                resource_names: r.resource_names,
+            });
+        }
+    }
+    status
+}
+
+/// What a (Local)SubjectAccessReview's spec asks about.
+fn spec_attributes(spec: &SubjectAccessReviewSpec) -> Attributes {
+    review_attributes(
+        spec.user.as_deref().unwrap_or_default(),
+        spec.groups.as_deref().unwrap_or_default(),
+        spec.resource_attributes.as_ref(),
+        spec.non_resource_attributes.as_ref(),
+    )
 }
 
 /// A review's body, decoded as `info`'s kind.
@@ -250,7 +341,13 @@ impl ReviewEndpoint {
                 if !errors.is_empty() {
                     return Err(invalid(errors));
                 }
-                review.status = Some(allowed());
+                let a = review_attributes(
+                    &req.user.name,
+                    &req.user.groups,
+                    review.spec.resource_attributes.as_ref(),
+                    review.spec.non_resource_attributes.as_ref(),
+                );
+                review.status = Some(decide(&self.authorizer, &a));
                 (
                     render::write_response(&req.headers, StatusCode::CREATED, &review),
                     warnings,
@@ -263,7 +360,7 @@ impl ReviewEndpoint {
                 if !errors.is_empty() {
                     return Err(invalid(errors));
                 }
-                review.status = Some(allowed());
+                review.status = Some(decide(&self.authorizer, &spec_attributes(&review.spec)));
                 (
                     render::write_response(&req.headers, StatusCode::CREATED, &review),
                     warnings,
@@ -286,7 +383,7 @@ impl ReviewEndpoint {
                 if !errors.is_empty() {
                     return Err(invalid(errors));
                 }
-                review.status = Some(allowed());
+                review.status = Some(decide(&self.authorizer, &spec_attributes(&review.spec)));
                 (
                     render::write_response(&req.headers, StatusCode::CREATED, &review),
                     warnings,
@@ -294,21 +391,13 @@ impl ReviewEndpoint {
             }
             Review::SelfSubjectRules => {
                 let (mut review, warnings): (SelfSubjectRulesReview, _) = self.decode(req)?;
-                let everything = || vec!["*".to_string()];
-                review.status = Some(SubjectRulesReviewStatus {
-                    resource_rules: vec![ResourceRule {
-                        verbs: everything(),
-                        api_groups: Some(everything()),
-                        resources: Some(everything()),
-                        resource_names: None,
-                    }],
-                    non_resource_rules: vec![NonResourceRule {
-                        verbs: everything(),
-                        non_resource_urls: Some(everything()),
-                    }],
-                    incomplete: false,
-                    evaluation_error: None,
-                });
+                let namespace = review.spec.namespace.clone().unwrap_or_default();
+                review.status = Some(rules_status(
+                    &self.authorizer,
+                    &req.user.name,
+                    &req.user.groups,
+                    &namespace,
+                ));
                 (
                     render::write_response(&req.headers, StatusCode::CREATED, &review),
                     warnings,

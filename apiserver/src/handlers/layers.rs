@@ -55,12 +55,19 @@ pub async fn authenticate(
             }
             (u, extra)
         }
-        None if public(req.uri().path()) => (UserInfo::anonymous(), Extra::new()),
-        None => return status_response(&ApiError::unauthorized()),
+        None => match auth.anonymous {
+            Some(true) => (UserInfo::anonymous(), Extra::new()),
+            None if public(req.uri().path()) => (UserInfo::anonymous(), Extra::new()),
+            _ => return status_response(&ApiError::unauthorized()),
+        },
     };
-    let (user, extra) = match impersonate(&user, req.headers()) {
+    let (user, extra) = match impersonate(&user, req.headers(), auth.authorizer.as_deref()) {
         Ok(Some(acting)) => {
             tracing::debug!(user = %user.name, as_user = %acting.0.name, "impersonating");
+            req.extensions_mut().insert(crate::audit::Impersonator {
+                user: user.clone(),
+                extra: extra.clone(),
+            });
             let headers = req.headers_mut();
             let names: Vec<_> = headers
                 .keys()
@@ -78,6 +85,71 @@ pub async fn authenticate(
     req.extensions_mut().insert(user);
     req.extensions_mut().insert(UserExtra(extra));
     next.run(req).await
+}
+
+/// The attributes authorizers judge a request by (upstream's `GetAuthorizerAttributes`).
+pub fn attributes(
+    user: &UserInfo,
+    method: &http::Method,
+    uri: &http::Uri,
+) -> minik8s_api::rbac::Attributes {
+    let mut a = minik8s_api::rbac::Attributes {
+        user: user.name.clone(),
+        groups: user.groups.clone(),
+        path: uri.path().to_string(),
+        ..Default::default()
+    };
+    match request::parse(method, uri.path(), uri.query()) {
+        Some(Target::Resource(r)) => {
+            a.resource_request = true;
+            a.verb = r.verb.as_str().to_string();
+            a.api_group = r.group;
+            a.namespace = r.namespace.unwrap_or_default();
+            a.resource = r.resource;
+            a.subresource = r.subresource.unwrap_or_default();
+            a.name = r.name.unwrap_or_default();
+        }
+        _ => a.verb = method.as_str().to_lowercase(),
+    }
+    a
+}
+
+/// Middleware: the request is served only when the authorizer chain allows its user to;
+/// otherwise 403 with upstream's message.
+pub async fn authorize(State(server): State<Arc<ApiServer>>, req: Request, next: Next) -> Response {
+    let Some(authorizer) = &server.options.authorizer else {
+        return next.run(req).await;
+    };
+    let Some(user) = req.extensions().get::<UserInfo>() else {
+        return next.run(req).await;
+    };
+    let a = attributes(user, req.method(), req.uri());
+    let decision = authorizer.authorize(&a);
+    if decision == crate::authz::Decision::Allow {
+        crate::audit::annotate("authorization.k8s.io/decision", "allow");
+        return next.run(req).await;
+    }
+    let why = crate::authz::forbidden_reason(&a, &decision);
+    crate::audit::annotate("authorization.k8s.io/decision", "forbid");
+    if let crate::authz::Decision::Deny(r) | crate::authz::Decision::NoOpinion(r) = &decision
+        && !r.is_empty()
+    {
+        crate::audit::annotate("authorization.k8s.io/reason", r);
+    }
+    tracing::debug!(user = %a.user, verb = %a.verb, resource = %a.combined_resource(), path = %a.path, "forbidden");
+    let err = if a.resource_request {
+        ApiError::forbidden(
+            minik8s_api::Target {
+                group: &a.api_group,
+                resource: &a.resource,
+                name: &a.name,
+            },
+            &why,
+        )
+    } else {
+        ApiError::new(403, "Forbidden", format!("forbidden: {why}"))
+    };
+    status_response(&err)
 }
 
 /// What a request under `/api` or `/apis` names, parsed once by [`request_info`] for the layers

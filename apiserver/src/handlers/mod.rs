@@ -16,6 +16,7 @@ pub mod layers;
 pub mod metrics_api;
 pub mod namespaces;
 pub mod openapi;
+pub mod openid;
 pub mod pods;
 pub mod render;
 pub mod request;
@@ -58,6 +59,7 @@ pub fn router(server: Arc<ApiServer>) -> Router {
     // such as kr8s and the Python client ask for `/api/`).
     Router::new()
         .merge(health::routes())
+        .merge(openid::routes())
         .route("/version", get(version))
         .route("/version/", get(version))
         .route("/metrics", get(metrics))
@@ -72,9 +74,19 @@ pub fn router(server: Arc<ApiServer>) -> Router {
         .route("/openapi/v3/{*path}", get(openapi::group_version))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
+            server.clone(),
+            layers::authorize,
+        ))
+        // Audited once the user is known, before authorization (which annotates the event).
+        .layer(middleware::from_fn_with_state(
+            server.clone(),
+            crate::audit::record,
+        ))
+        .layer(middleware::from_fn_with_state(
             server.auth.clone(),
             layers::authenticate,
         ))
+        .layer(middleware::from_fn(crate::audit::init))
         .with_state(server)
 }
 

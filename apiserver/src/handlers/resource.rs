@@ -171,6 +171,14 @@ pub struct ServeOptions {
     pub admission: crate::admission::AdmissionOptions,
     /// Admission webhooks and policies, set by the server once it serves their kinds.
     pub external_admission: Option<crate::registry::external::ExternalHandle>,
+    /// `--authorization-mode`, in order.
+    pub authorization_modes: Vec<crate::authz::Mode>,
+    /// The chain of [`Self::authorization_modes`], set by the server when it starts.
+    pub authorizer: Option<Arc<crate::authz::Authorizer>>,
+    /// `--anonymous-auth`: `None` keeps the paths anyone may read open without credentials and
+    /// answers 401 elsewhere; `Some(true)` makes every request without credentials
+    /// `system:anonymous`'s, for the authorizers to judge; `Some(false)` answers 401 to all.
+    pub anonymous_auth: Option<bool>,
 }
 
 impl Default for ServeOptions {
@@ -182,6 +190,9 @@ impl Default for ServeOptions {
             service_ranges: Default::default(),
             admission: Default::default(),
             external_admission: None,
+            authorization_modes: vec![crate::authz::Mode::AlwaysAllow],
+            authorizer: None,
+            anonymous_auth: None,
         }
     }
 }

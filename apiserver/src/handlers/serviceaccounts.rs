@@ -93,14 +93,14 @@ impl ServiceAccountExtension {
         } else {
             req.field_validation()?
         };
-        let (mut tr, warnings): (TokenRequest, _) = codec::decode_validated(
+        let (mut tr, mut warnings): (TokenRequest, _) = codec::decode_validated(
             parsed.value,
             "TokenRequest",
             "authentication.k8s.io/v1",
             false,
             validation,
         )?;
-        let expiration = *tr.spec.expiration_seconds.get_or_insert(DEFAULT_EXPIRATION);
+        let mut expiration = *tr.spec.expiration_seconds.get_or_insert(DEFAULT_EXPIRATION);
         let errs = validate(expiration);
         if !errs.is_empty() {
             return Err(ApiError::invalid(
@@ -198,10 +198,22 @@ impl ServiceAccountExtension {
         if tr.spec.audiences.is_empty() {
             tr.spec.audiences = tokens.signer.audiences.clone();
         }
+        // `--service-account-max-token-expiration`: the request is shortened, not refused,
+        // and the response says the lifetime granted.
+        if let Some(max) = tokens.max_expiration
+            && expiration > max
+        {
+            warnings.push(format!(
+                "requested expiration of {expiration} seconds shortened to {max} seconds"
+            ));
+            expiration = max;
+            tr.spec.expiration_seconds = Some(max);
+        }
         let now = jiff::Timestamp::now().as_second();
         // The projection ServiceAccount admission adds asks for 3607 s: such pod-bound tokens
         // for this server live a year, with `warnafter` at the hour (upstream's safe rollout
-        // of bound tokens). The response still says the hour.
+        // of bound tokens), whatever the maximum (a maximum under 3607 s shortens the request
+        // above, and then nothing is extended). The response still says the hour.
         let extend = tokens.extend_expiration
             && bound.pod.is_some()
             && expiration == serviceaccount::WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS

@@ -86,6 +86,11 @@ pub trait CreateAdmission<O>: Send + Sync + 'static {
 /// try of the update, with the object it replaces.
 #[async_trait::async_trait]
 pub trait UpdateAdmission<O>: Send + Sync + 'static {
+    /// Whether the plugin sees updates of `part`: the main resource only, unless it says
+    /// (PodSecurity judges pods' ephemeral containers too).
+    fn admits(&self, part: Part) -> bool {
+        part == Part::Main
+    }
     async fn admit_update(&self, new: &mut O, old: &O, dry_run: bool) -> Result<(), ApiError>;
 }
 
@@ -1133,10 +1138,8 @@ impl<S: Strategy> GenericRegistry<S> {
             if let Some(part) = admit {
                 self.admit_update_external(&mut new, &current, part, dry_run)
                     .await?;
-                if part == Part::Main {
-                    for plugin in &self.update_admission {
-                        plugin.admit_update(&mut new, &current, dry_run).await?;
-                    }
+                for plugin in self.update_admission.iter().filter(|p| p.admits(part)) {
+                    plugin.admit_update(&mut new, &current, dry_run).await?;
                 }
             }
             self.with_zero_values(&mut new)?;
@@ -1145,7 +1148,15 @@ impl<S: Strategy> GenericRegistry<S> {
                 None => Reservation::default(),
             };
             let value = self.encode(&new)?;
-            if value == kv.value {
+            // An unchanged object is not written again, unless it is stored under an older
+            // encryption key (a rewrite after rotation must re-encrypt it).
+            if value == kv.value
+                && !self
+                    .store
+                    .stale(&kv)
+                    .await
+                    .map_err(|e| self.store_error(name, e))?
+            {
                 return Ok((current, false));
             }
             let meta = self.strategy.meta(&new);

@@ -2,8 +2,10 @@
 //! written once. One global revision orders every write; it is the resourceVersion clients see.
 //!
 //! Keys look like upstream's (`/registry/<resource>/<namespace>/<name>`); values are JSON bytes
-//! of the object without its resourceVersion (the revision is put back on read).
+//! of the object without its resourceVersion (the revision is put back on read), encrypted
+//! for the resources `--encryption-provider-config` names ([`encryption`]).
 
+pub mod encryption;
 mod etcd;
 mod sqlite;
 
@@ -134,6 +136,13 @@ pub trait Store: Send + Sync + 'static {
     async fn compact(&self, revision: Revision) -> Result<()>;
     /// The oldest revision that can still be read or watched from.
     async fn compacted_revision(&self) -> Result<Revision>;
+    /// Whether `kv`, as this store read it, is stored in a form other than the one a write
+    /// makes now (encrypted with an older key, or not at all): an update must rewrite it even
+    /// when the object did not change (upstream's `stale` from the value transformer).
+    async fn stale(&self, kv: &KeyValue) -> Result<bool> {
+        let _ = kv;
+        Ok(false)
+    }
 }
 
 pub type DynStore = Arc<dyn Store>;

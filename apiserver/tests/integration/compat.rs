@@ -311,7 +311,15 @@ async fn service_account_tokens() {
 
 #[tokio::test]
 async fn impersonation() {
-    let s = InProcess::start(Backend::Sqlite).await.unwrap();
+    // Under RBAC, where impersonating is a verb one must be granted.
+    let s = InProcess::start_with(Backend::Sqlite, |c| {
+        c.serve.authorization_modes = vec![
+            minik8s_apiserver::authz::Mode::Node,
+            minik8s_apiserver::authz::Mode::Rbac,
+        ];
+    })
+    .await
+    .unwrap();
     let (code, review) = whoami(&s, None, &[]).await;
     assert_eq!(code, StatusCode::CREATED);
     assert_eq!(review["status"]["userInfo"]["username"], "minik8s-admin");
@@ -333,7 +341,7 @@ async fn impersonation() {
     assert_eq!(info["groups"], json!(["dev", "system:authenticated"]));
     assert_eq!(info["extra"], json!({"scopes": ["view"]}));
 
-    // A service account may not impersonate.
+    // A service account is granted nothing: it may not impersonate.
     s.post(
         "/api/v1/namespaces/default/serviceaccounts",
         json!({"metadata": {"name": "robot"}}),

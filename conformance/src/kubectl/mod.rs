@@ -24,6 +24,7 @@ use crate::Env;
 use crate::support::{self, CaseFn, contains, eventually, gone};
 
 mod applets;
+mod auth;
 mod autoscale;
 mod debug;
 mod knative;
@@ -130,6 +131,10 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "ingress" => ingress,
     "create-token" => create_token,
     "auth-whoami-as" => auth_whoami_as,
+    "auth-can-i" => auth::auth_can_i,
+    "auth-whoami" => auth::auth_whoami,
+    "auth-reconcile" => auth::auth_reconcile,
+    "create-rbac" => auth::create_rbac,
     "create-dry-run-conflict" => create_dry_run_conflict,
     "crd-bad-schema" => crd_bad_schema,
     "raw-paths" => nonresource::raw_paths,
@@ -139,6 +144,7 @@ pub const CASES: &[(&str, CaseFn<Ctx>)] = crate::cases! { Ctx;
     "autoscale" => autoscale::autoscale,
     "create-policy-objects" => policy::create_policy_objects,
     "certificate-approve" => policy::certificate_approve,
+    "certificate-deny" => auth::certificate_deny,
     "get-rc" => policy::get_rc,
     "get-apiservices" => policy::get_apiservices,
     "drain" => policy::drain,
@@ -3886,7 +3892,30 @@ async fn create_token(c: &Ctx) -> anyhow::Result<()> {
     }
     let args = as_token(&["get", "serviceaccount", sa, "-n", &c.ns, "-o", "name"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = c.ok(&args).await?;
+    // Authenticated, but RBAC grants a new service account nothing yet.
+    let err = c.fails(&args).await?;
+    contains(
+        &err,
+        &format!(
+            "serviceaccounts \"{sa}\" is forbidden: User \"{user}\" cannot get resource \"serviceaccounts\" in API group \"\" in the namespace \"{}\"",
+            c.ns
+        ),
+    )?;
+    let subject = format!("--serviceaccount={}:{sa}", c.ns);
+    c.ok(&[
+        "create",
+        "rolebinding",
+        "conf-token-view",
+        "--clusterrole=view",
+        &subject,
+    ])
+    .await?;
+    let out = crate::support::eventually(
+        std::time::Duration::from_secs(20),
+        "the token's user to read its namespace",
+        || async { c.ok(&args).await },
+    )
+    .await?;
     contains(&out, &format!("serviceaccount/{sa}"))?;
     // Only admins may impersonate.
     let imp = as_token(&["get", "configmaps", "-n", &c.ns, "--as=jane"]);

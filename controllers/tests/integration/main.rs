@@ -5,6 +5,7 @@
 mod common;
 mod support;
 
+mod clusterroleaggregation;
 mod controller_ref;
 mod cronjob;
 mod daemonset;

@@ -58,14 +58,20 @@ fn caller() -> Option<Caller> {
     CALLER.try_with(Caller::clone).ok()
 }
 
+/// The user of the client request being served, if any (authorization's escalation checks).
+pub(crate) fn current_caller() -> Option<Caller> {
+    caller()
+}
+
 /// Adds `message` to the warnings of the client's response, as upstream's
-/// `warning.AddWarning`; outside a client's request it is only logged.
+/// `warning.AddWarning` (a message already there is not repeated, so an update admitted
+/// again after a conflict warns once); outside a client's request it is only logged.
 pub fn warn(message: String) {
     let pushed = CALLER.try_with(|c| {
-        c.warnings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(message.clone())
+        let mut warnings = c.warnings.lock().unwrap_or_else(|e| e.into_inner());
+        if !warnings.contains(&message) {
+            warnings.push(message.clone());
+        }
     });
     if pushed.is_err() {
         tracing::warn!(%message, "admission warning");
