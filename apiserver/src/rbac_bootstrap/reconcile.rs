@@ -304,10 +304,16 @@ pub async fn reconcile(server: &ApiServer) {
     }
 }
 
-async fn reconcile_role<R: RuleOwner>(server: &ApiServer, expected: R) {
+/// Runs `once` until it succeeds, [`ATTEMPTS`] times at most while it fails with what
+/// another writer causes; logs the last failure (a start goes on without it, as upstream's).
+async fn retried<F, Fut>(what: String, mut once: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), ApiError>>,
+{
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        match reconcile_role_once(server, &expected).await {
+        match once().await {
             Ok(()) => return,
             Err(e) if retriable(&e) => last = Some(e),
             Err(e) => {
@@ -317,8 +323,15 @@ async fn reconcile_role<R: RuleOwner>(server: &ApiServer, expected: R) {
         }
     }
     if let Some(e) = last {
-        tracing::warn!(error = %e.message, "unable to reconcile {}", describe(&expected));
+        tracing::warn!(error = %e.message, "unable to reconcile {what}");
     }
+}
+
+async fn reconcile_role<R: RuleOwner>(server: &ApiServer, expected: R) {
+    retried(describe(&expected), || {
+        reconcile_role_once(server, &expected)
+    })
+    .await
 }
 
 async fn reconcile_role_once<R: RuleOwner>(
@@ -364,20 +377,10 @@ async fn reconcile_role_once<R: RuleOwner>(
 }
 
 async fn reconcile_binding<B: SubjectOwner>(server: &ApiServer, expected: B) {
-    let mut last = None;
-    for _ in 0..ATTEMPTS {
-        match reconcile_binding_once(server, &expected).await {
-            Ok(()) => return,
-            Err(e) if retriable(&e) => last = Some(e),
-            Err(e) => {
-                last = Some(e);
-                break;
-            }
-        }
-    }
-    if let Some(e) = last {
-        tracing::warn!(error = %e.message, "unable to reconcile {}", describe(&expected));
-    }
+    retried(describe(&expected), || {
+        reconcile_binding_once(server, &expected)
+    })
+    .await
 }
 
 async fn reconcile_binding_once<B: SubjectOwner>(
