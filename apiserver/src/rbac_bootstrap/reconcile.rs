@@ -327,6 +327,30 @@ where
     }
 }
 
+/// The stored object of `expected`'s name, or `None` once `expected` was created (its
+/// namespace first) because there was none.
+async fn stored_or_created<K: Kind>(
+    server: &ApiServer,
+    expected: &K,
+) -> Result<Option<K>, ApiError> {
+    let registry = server.registry::<K>();
+    let meta = expected.metadata();
+    let (ns, name) = (
+        meta.namespace.as_deref(),
+        meta.name.as_deref().unwrap_or_default(),
+    );
+    match registry.get(ns, name).await {
+        Ok(existing) => Ok(Some(existing)),
+        Err(e) if e.code == 404 => {
+            ensure_namespace(server, ns).await?;
+            registry.create(ns, expected.clone(), false).await?;
+            tracing::info!("created {}", describe(expected));
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 async fn reconcile_role<R: RuleOwner>(server: &ApiServer, expected: R) {
     retried(describe(&expected), || {
         reconcile_role_once(server, &expected)
@@ -344,15 +368,8 @@ async fn reconcile_role_once<R: RuleOwner>(
         meta.namespace.as_deref(),
         meta.name.as_deref().unwrap_or_default(),
     );
-    let existing = match registry.get(ns, name).await {
-        Ok(existing) => existing,
-        Err(e) if e.code == 404 => {
-            ensure_namespace(server, ns).await?;
-            registry.create(ns, expected.clone(), false).await?;
-            tracing::info!("created {}", describe(expected));
-            return Ok(());
-        }
-        Err(e) => return Err(e),
+    let Some(existing) = stored_or_created(server, expected).await? else {
+        return Ok(());
     };
     let result = compute_reconciled_role(&existing, expected);
     match (result.protected, result.operation) {
@@ -393,15 +410,8 @@ async fn reconcile_binding_once<B: SubjectOwner>(
         meta.namespace.as_deref(),
         meta.name.as_deref().unwrap_or_default(),
     );
-    let existing = match registry.get(ns, name).await {
-        Ok(existing) => existing,
-        Err(e) if e.code == 404 => {
-            ensure_namespace(server, ns).await?;
-            registry.create(ns, expected.clone(), false).await?;
-            tracing::info!("created {}", describe(expected));
-            return Ok(());
-        }
-        Err(e) => return Err(e),
+    let Some(existing) = stored_or_created(server, expected).await? else {
+        return Ok(());
     };
     let result = compute_reconciled_binding(&existing, expected);
     match (result.protected, result.operation) {

@@ -6,7 +6,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use rand::{Rng as _, SeedableRng as _};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 use sha2::Digest as _;
 
 use super::parser::Parser;
@@ -491,17 +491,9 @@ impl Parser<'_> {
             }
             Some('S') if Intrinsic::is_call(self.rest()) => Ok(Arg::Call(Box::new(self.call()?))),
             Some(c) if c == '-' || c.is_ascii_digit() => {
-                let start = self.pos;
-                while self
-                    .peek()
-                    .is_some_and(|c| c.is_ascii_digit() || "+-.eE".contains(c))
-                {
-                    self.bump();
-                }
-                let token = &self.text[start..self.pos];
-                let number: Number = token
-                    .parse()
-                    .map_err(|_| format!("invalid number '{token}'"))?;
+                let number = self
+                    .number()
+                    .map_err(|token| format!("invalid number '{token}'"))?;
                 Ok(Arg::Literal(Value::Number(number)))
             }
             Some(c) if c.is_ascii_alphabetic() => {

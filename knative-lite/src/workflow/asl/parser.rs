@@ -21,6 +21,19 @@ impl Parser<'_> {
         Some(c)
     }
 
+    /// A number literal (`-12`, `1.5e3`); the token when it does not parse.
+    pub(super) fn number(&mut self) -> Result<serde_json::Number, String> {
+        let start = self.pos;
+        while self
+            .peek()
+            .is_some_and(|c| c.is_ascii_digit() || "+-.eE".contains(c))
+        {
+            self.bump();
+        }
+        let token = &self.text[start..self.pos];
+        token.parse().map_err(|_| token.to_string())
+    }
+
     pub(super) fn skip_spaces(&mut self) {
         while self.peek().is_some_and(char::is_whitespace) {
             self.bump();

@@ -632,17 +632,9 @@ impl Parser<'_> {
             }
             Some('\'' | '"') => Ok(Operand::Literal(Value::String(self.quoted()?))),
             Some(c) if c == '-' || c.is_ascii_digit() => {
-                let start = self.pos;
-                while self
-                    .peek()
-                    .is_some_and(|c| c.is_ascii_digit() || "+-.eE".contains(c))
-                {
-                    self.bump();
-                }
-                let token = &self.text[start..self.pos];
-                let number: Number = token
-                    .parse()
-                    .map_err(|_| format!("invalid number '{token}' in filter"))?;
+                let number = self
+                    .number()
+                    .map_err(|token| format!("invalid number '{token}' in filter"))?;
                 Ok(Operand::Literal(Value::Number(number)))
             }
             Some(c) if c.is_ascii_alphabetic() => {
