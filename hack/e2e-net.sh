@@ -53,6 +53,27 @@ BIN="${MINIK8S_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s}"
 HOST="$(kubectl get nodes -o name | sed 's|node/||' | grep -v '^mk8s-node' | head -1)"
 kubectl create namespace "$NS" >/dev/null
 
+# The workers joined with a bootstrap token (kubelet TLS bootstrap): each asked for its client
+# certificate as system:bootstrap:<id>, approved by the controller-manager, then as itself for
+# the serving certificate the API server checks when it calls the kubelet (logs, exec); neither
+# holds the CA key.
+# "signer requester condition" of each CSR with a certificate.
+issued_csrs() {
+  kubectl get csr -o jsonpath='{range .items[*]}{.spec.signerName} {.spec.username} {.status.conditions[0].type} {.status.certificate}{"\n"}{end}' |
+    awk 'NF == 4 {print $1, $2, $3}'
+}
+# issued_count SIGNER REQUESTER-REGEX MIN
+issued_count() { (($(issued_csrs | grep -cE "^$1 $2 Approved$") >= $3)); }
+issued_count kubernetes.io/kube-apiserver-client-kubelet 'system:bootstrap:[a-z0-9]{6}' 2 ||
+  { log "FAIL: the workers' client certificates were not issued to a bootstrap token"; issued_csrs >&2; exit 1; }
+for k in 1 2; do
+  w="$(mn_ns "$k")"
+  [[ ! -e "$(mn_dir "$k")/pki/ca.key" ]] || { log "FAIL: $w holds the CA key"; exit 1; }
+  wait_for 60 issued_count kubernetes.io/kubelet-serving "system:node:$w" 1 ||
+    { log "FAIL: $w's serving certificate was not issued"; issued_csrs >&2; exit 1; }
+done
+log "both workers joined with a bootstrap token and hold certificates issued through CSRs"
+
 fail() {
   log "FAIL: $*"
   kubectl -n "$NS" get pods,svc,endpointslices -o wide >&2 || true
@@ -327,7 +348,8 @@ has_echo_dnat || fail "$W2's rules for $NS/echo went with its node process"
 echo ping-2 >>"/proc/$tail_pid/root/tmp/in"
 wait_for 30 grep -qx ping-2 "/proc/$tail_pid/root/tmp/out" ||
   fail "ping-2 did not come back while $W2's node process was stopped"
-mn_start_nodes 3 "$BIN" "$MINIK8S_PORT"
+# No token: the node restarts on the certificates it was issued when it joined.
+mn_start_nodes 3 "$BIN" "$MINIK8S_PORT" ""
 kubectl wait --for=condition=Ready "node/$W2" --timeout=60s >/dev/null || fail "$W2 not Ready after its restart"
 # The new proxier has synced (a full sync) once it has the rules of a new Service.
 kubectl -n "$NS" expose pod web-0 --name after-restart --port 80 --selector pod=web-0 >/dev/null

@@ -87,8 +87,11 @@ mn_setup_network() {
 
 # Starts `minik8s node` in every worker namespace, each with its own data dir (its images
 # hard-linked from the server's), containerd, cgroup root and name mk8s-nodeK.
+# Each worker joins as upstream's kubelets do: with bootstrap token $4 and the CA certificate,
+# asking for its certificates through CSRs (kubelet TLS bootstrap); it never reads the CA key.
+# Without a token a node restarts on the certificates it was issued.
 mn_start_nodes() {
-  local nodes="$1" bin="$2" port="$3" k ns dir
+  local nodes="$1" bin="$2" port="$3" token="$4" k ns dir
   for ((k = 1; k < nodes; k++)); do
     ns="$(mn_ns "$k")"
     dir="$(mn_dir "$k")"
@@ -100,8 +103,8 @@ mn_start_nodes() {
       continue
     fi
     log "starting node $ns ($(mn_ip "$k"), logs in $dir/node.log)"
-    nohup nsenter --net="/run/netns/$ns" "$bin" node --data-dir "$dir" \
-      --server "https://$MN_NET.1:$port" --pki-dir "$DATA_DIR/pki" \
+    env ${token:+MINIK8S_TOKEN="$token"} nohup nsenter --net="/run/netns/$ns" "$bin" node --data-dir "$dir" \
+      --server "https://$MN_NET.1:$port" --certificate-authority "$DATA_DIR/pki/ca.crt" \
       --node-name "$ns" --node-ip "$(mn_ip "$k")" --cgroup-root "/$ns" \
       --route-protocol "$MN_ROUTE_PROTOCOL" >>"$dir/node.log" 2>&1 &
     echo $! >"$dir/node.pid"

@@ -66,7 +66,9 @@ fi
 if ((NODES > 1)); then
   # The host node registers with its pod range first, so node IPAM never hands it out again.
   KUBECONFIG="$KCFG" wait_for 60 sh -c 'kubectl get nodes -o name | grep -q .' || true
-  mn_start_nodes "$NODES" "$BIN" "$PORT"
+  # A short-lived bootstrap token: the workers need it only until their first certificate.
+  token="$("$BIN" token create --kubeconfig "$KCFG" --ttl 1h --description "hack/up.sh worker nodes")"
+  mn_start_nodes "$NODES" "$BIN" "$PORT" "$token"
 fi
 # `kubectl wait --all` fails at once while no node is registered yet, so first wait for all to exist.
 if ! wait_for 30 test -f "$KCFG" ||

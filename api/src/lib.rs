@@ -2,6 +2,7 @@
 //! and validated, how selectors match, and how failures are reported. The apiserver serves
 //! these rules; controllers and tests can use them without a server.
 
+pub mod bootstrap_token;
 pub mod conversion;
 pub mod crd;
 pub mod cron;

@@ -3,6 +3,9 @@
 //! `--token-auth-file` CSV) and service-account tokens the server signed itself. Then
 //! impersonation (`Impersonate-*` headers), as upstream's filter, which only admins may use
 //! until there is RBAC. Authorization is a later issue: any authenticated user may act.
+//! Bootstrap tokens ([`bootstrap`]) when `--enable-bootstrap-token-auth` is on.
+
+pub mod bootstrap;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -66,6 +69,8 @@ pub struct Authenticator {
     tokens: HashMap<String, UserInfo>,
     /// Set once the store and the service-account key exist.
     service_accounts: OnceLock<Arc<ServiceAccountTokens>>,
+    /// `--enable-bootstrap-token-auth`.
+    bootstrap_tokens: Option<Arc<bootstrap::BootstrapTokens>>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -73,6 +78,7 @@ impl std::fmt::Debug for Authenticator {
         f.debug_struct("Authenticator")
             .field("tokens", &self.tokens.len())
             .field("service_accounts", &self.service_accounts.get().is_some())
+            .field("bootstrap_tokens", &self.bootstrap_tokens.is_some())
             .finish()
     }
 }
@@ -153,10 +159,21 @@ impl Authenticator {
         self.service_accounts.get()
     }
 
-    /// The user of a bearer token: a static token, else a service-account token.
+    /// Accepts bootstrap tokens, read from the Secrets in `store`.
+    pub fn enable_bootstrap_tokens(&mut self, store: &crate::storage::DynStore) {
+        self.bootstrap_tokens = Some(Arc::new(bootstrap::BootstrapTokens::start(store)));
+    }
+
+    /// The user of a bearer token: a static token, a bootstrap token, else a
+    /// service-account token (the forms do not overlap).
     pub async fn bearer(&self, token: &str) -> Option<(UserInfo, Extra)> {
         if let Some(u) = self.token(token) {
             return Some((u, Extra::new()));
+        }
+        if let Some(tokens) = &self.bootstrap_tokens
+            && minik8s_api::bootstrap_token::parse(token).is_some()
+        {
+            return tokens.authenticate(token).map(|u| (u, Extra::new()));
         }
         self.service_accounts.get()?.authenticate(token).await
     }

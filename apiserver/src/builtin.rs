@@ -41,6 +41,7 @@ use schemars::JsonSchema;
 
 use crate::admission::default_storage_class::{self, DefaultStorageClass};
 use crate::admission::limit_ranger::{self, LimitRanger};
+use crate::admission::node_restriction::{self, NodeRestriction};
 use crate::admission::pod_security::{self, PodAdmission};
 use crate::admission::priority::{self, OneGlobalDefault, PriorityAdmission};
 use crate::admission::pvc_resize::{self, ClaimResize};
@@ -54,7 +55,9 @@ use crate::handlers::openapi::KindSchema;
 use crate::handlers::pods::{BindingsEndpoint, PodExtension};
 use crate::handlers::resource::{Extension, ResourceEndpoint};
 use crate::handlers::serviceaccounts::ServiceAccountExtension;
-use crate::registry::generic::{GenericRegistry, Phase};
+use crate::registry::generic::{
+    CreateAdmission, DeleteAdmission, GenericRegistry, Part, Phase, UpdateAdmission,
+};
 use crate::registry::typed;
 use crate::server::ApiServer;
 
@@ -121,8 +124,9 @@ fn namespaces(
 fn pods(
     server: &ApiServer,
     pod_security: Option<&Arc<PodAdmission>>,
+    restriction: &NodeRestriction,
 ) -> GenericRegistry<BuiltIn<Pod>> {
-    let mut pods = restricted_to_nodes(server, registry::<Pod>(server));
+    let mut pods = restricted_to_nodes(server, registry::<Pod>(server), restriction);
     let admission = &server.options.admission;
     // In upstream's order: LimitRanger, ServiceAccount, Priority, then RuntimeClass.
     if admission.enabled(limit_ranger::PLUGIN_NAME) {
@@ -151,27 +155,31 @@ fn pods(
     counted(server, pod_security::attach(pods, pod_security))
 }
 
-/// `registry` with NodeRestriction: a kubelet writes only its own node, lease and pods.
+/// `registry` with NodeRestriction: a kubelet writes only its own node, lease, CSINode,
+/// pods and claims' status.
 fn restricted_to_nodes<K>(
     server: &ApiServer,
     registry: GenericRegistry<BuiltIn<K>>,
+    restriction: &NodeRestriction,
 ) -> GenericRegistry<BuiltIn<K>>
 where
     K: Kind,
-    crate::admission::node_restriction::NodeRestriction:
-        crate::registry::generic::CreateAdmission<K> + crate::registry::generic::UpdateAdmission<K>,
+    NodeRestriction: CreateAdmission<K> + UpdateAdmission<K> + DeleteAdmission<K>,
 {
     if !server
         .options
         .admission
-        .enabled(crate::admission::node_restriction::PLUGIN_NAME)
+        .enabled(node_restriction::PLUGIN_NAME)
     {
         return registry;
     }
-    let plugin = crate::admission::node_restriction::NodeRestriction::new();
+    let mut registry = registry
+        .with_admission(restriction.updating(Part::Main))
+        .with_delete_admission(restriction.updating(Part::Main));
+    for part in [Part::Main, Part::Status, Part::EphemeralContainers] {
+        registry = registry.with_update_admission(restriction.updating(part));
+    }
     registry
-        .with_admission(plugin.clone())
-        .with_update_admission(plugin)
 }
 
 /// Serves `K`, a kind that templates pods: PodSecurity warns about its template.
@@ -190,8 +198,15 @@ where
 /// StorageObjectInUseProtection while mutating, LimitRanger's bounds, then
 /// PersistentVolumeClaimResize on updates (ResourceQuota last, as for every kind).
 /// LimitRanges and StorageClasses must be registered first.
-fn claims(server: &ApiServer) -> GenericRegistry<BuiltIn<PersistentVolumeClaim>> {
-    let mut claims = registry::<PersistentVolumeClaim>(server);
+fn claims(
+    server: &ApiServer,
+    restriction: &NodeRestriction,
+) -> GenericRegistry<BuiltIn<PersistentVolumeClaim>> {
+    let mut claims = restricted_to_nodes(
+        server,
+        registry::<PersistentVolumeClaim>(server),
+        restriction,
+    );
     let admission = &server.options.admission;
     if admission.enabled(default_storage_class::PLUGIN_NAME) {
         let classes = server.registry::<StorageClass>();
@@ -296,6 +311,7 @@ fn converted<V: Convertible + JsonSchema>(server: &ApiServer) {
 
 pub fn register(server: &ApiServer) {
     let pod_security = pod_security::Plugins::new(&server.options.admission);
+    let restriction = NodeRestriction::new();
     let accounts = Arc::new(ServiceAccountExtension {
         auth: server.auth.clone(),
     });
@@ -315,7 +331,7 @@ pub fn register(server: &ApiServer) {
     let budgets = server.registry::<PodDisruptionBudget>();
     serve(
         server,
-        pods(server, secured.as_ref()),
+        pods(server, secured.as_ref(), &restriction),
         Some(Arc::new(PodExtension { budgets })),
     );
     if let Some(p) = &pod_security {
@@ -330,13 +346,14 @@ pub fn register(server: &ApiServer) {
     plain_counted::<Secret>(server);
     serve(
         server,
-        restricted_to_nodes(server, registry::<Node>(server)),
+        restricted_to_nodes(server, registry::<Node>(server), &restriction),
         None,
     );
+    restriction.bind_nodes(&server.registry::<Node>());
     plain::<Event>(server);
     serve(server, volumes(server), None);
     plain::<StorageClass>(server);
-    serve(server, claims(server), None);
+    serve(server, claims(server, &restriction), None);
     templating::<Deployment>(server, secured.as_ref());
     templating::<ReplicaSet>(server, secured.as_ref());
     templating::<StatefulSet>(server, secured.as_ref());
@@ -350,7 +367,7 @@ pub fn register(server: &ApiServer) {
     plain::<EndpointSlice>(server);
     serve(
         server,
-        restricted_to_nodes(server, registry::<Lease>(server)),
+        restricted_to_nodes(server, registry::<Lease>(server), &restriction),
         None,
     );
     rbac::<Role>(server);
@@ -368,13 +385,18 @@ pub fn register(server: &ApiServer) {
     plain::<NetworkPolicy>(server);
     serve(
         server,
-        registry::<CertificateSigningRequest>(server),
+        registry::<CertificateSigningRequest>(server)
+            .with_admission(Arc::new(crate::handlers::certificates::Requester)),
         Some(Arc::new(CertificateSigningRequestExtension)),
     );
     plain::<FlowSchema>(server);
     plain::<PriorityLevelConfiguration>(server);
     plain::<CSIDriver>(server);
-    plain::<CSINode>(server);
+    serve(
+        server,
+        restricted_to_nodes(server, registry::<CSINode>(server), &restriction),
+        None,
+    );
     plain::<VolumeAttachment>(server);
     plain::<CSIStorageCapacity>(server);
     plain::<MutatingWebhookConfiguration>(server);

@@ -125,6 +125,21 @@ fn covered_names(cert_pem: &str) -> Option<(Vec<String>, Vec<IpAddr>)> {
     Some((dns, ips))
 }
 
+/// Whether a PEM certificate is for user `cn` in exactly `groups`.
+fn names(cert_pem: &str, cn: &str, groups: &[&str]) -> bool {
+    let der = match rustls_pemfile::certs(&mut cert_pem.as_bytes()).next() {
+        Some(Ok(der)) => der,
+        _ => return false,
+    };
+    crate::auth::user_from_certificate(&der).is_some_and(|u| {
+        u.name == cn
+            && u.groups
+                .iter()
+                .map(String::as_str)
+                .eq(groups.iter().copied())
+    })
+}
+
 impl Pki {
     /// Loads the PKI from `dir`, creating what is missing.
     pub fn ensure(dir: &Path, names: &ServingNames) -> Result<Pki, PkiError> {
@@ -238,11 +253,16 @@ impl Pki {
     }
 
     /// A client certificate kept in `dir` under `file_stem` (`admin` → admin.crt, admin.key).
+    /// One kept for another user or other groups (a data directory from a version that
+    /// issued it differently) is issued again: the identity is what the file is for.
     pub fn client(&self, file_stem: &str, cn: &str, groups: &[&str]) -> Result<CertPair, PkiError> {
         let cert_path = self.dir.join(format!("{file_stem}.crt"));
         let key_path = self.dir.join(format!("{file_stem}.key"));
         if let (Some(cert_pem), Some(key_pem)) = (read(&cert_path)?, read(&key_path)?) {
-            return Ok(CertPair { cert_pem, key_pem });
+            if names(&cert_pem, cn, groups) {
+                return Ok(CertPair { cert_pem, key_pem });
+            }
+            tracing::info!(file = %cert_path.display(), user = cn, ?groups, "issuing the client certificate again for its new subject");
         }
         let pair = self.issue(cn, groups, &ServingNames::default(), false)?;
         write(&key_path, &pair.key_pem, true)?;
@@ -285,5 +305,31 @@ mod tests {
         let user = crate::auth::user_from_certificate(&der).unwrap();
         assert_eq!(user.name, "minik8s-admin");
         assert_eq!(user.groups, vec!["system:masters"]);
+    }
+
+    #[test]
+    fn client_certificates_follow_their_subject() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::ensure(dir.path(), &ServingNames::default()).unwrap();
+        let user = "kube-apiserver-kubelet-client";
+        let old = pki
+            .client("apiserver-kubelet-client", user, &["system:masters"])
+            .unwrap();
+        // Kept while the subject is the same.
+        let same = pki
+            .client("apiserver-kubelet-client", user, &["system:masters"])
+            .unwrap();
+        assert_eq!(same.cert_pem, old.cert_pem);
+        // A data directory from before the groups changed: issued again, then kept.
+        let new = pki.client("apiserver-kubelet-client", user, &[]).unwrap();
+        assert_ne!(new.cert_pem, old.cert_pem);
+        assert!(names(&new.cert_pem, user, &[]));
+        assert!(!names(&new.cert_pem, user, &["system:masters"]));
+        let again = pki.client("apiserver-kubelet-client", user, &[]).unwrap();
+        assert_eq!(again.cert_pem, new.cert_pem);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("apiserver-kubelet-client.crt")).unwrap(),
+            new.cert_pem
+        );
     }
 }

@@ -364,6 +364,9 @@ pub struct Config {
     pub advertise_address: Option<IpAddr>,
     pub etcd_servers: Vec<String>,
     pub token_auth_file: Option<PathBuf>,
+    /// `--enable-bootstrap-token-auth`: bearer tokens from `bootstrap.kubernetes.io/token`
+    /// Secrets in kube-system (off by default, as in kube-apiserver).
+    pub enable_bootstrap_token_auth: bool,
     /// Pod-bound tokens asked for 3607 s live a year (kube-apiserver's
     /// `--service-account-extend-token-expiration`).
     pub service_account_extend_token_expiration: bool,
@@ -394,6 +397,7 @@ impl Config {
             advertise_address: None,
             etcd_servers: Vec::new(),
             token_auth_file: None,
+            enable_bootstrap_token_auth: false,
             service_account_extend_token_expiration: true,
             service_accounts: Default::default(),
             service_cluster_ip_range: "10.96.0.0/12".into(),
@@ -533,10 +537,13 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&kubeconfig_path, std::fs::Permissions::from_mode(0o600));
     }
-    let auth = match &config.token_auth_file {
+    let mut auth = match &config.token_auth_file {
         Some(path) => Authenticator::from_token_file(path)?,
         None => Authenticator::new(),
     };
+    if config.enable_bootstrap_token_auth {
+        auth.enable_bootstrap_tokens(&store);
+    }
     let advertised = config
         .advertise_address
         .or(addresses.first().copied())
@@ -553,11 +560,12 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
     tokens.extend_expiration = config.service_account_extend_token_expiration;
     tokens.configure(&config.service_accounts, &server.address);
     server.auth.set_service_accounts(Arc::new(tokens));
-    // The identity the API server presents to kubelets.
+    // The identity the API server presents to kubelets: in no group, its rights on the
+    // kubelets' API are the `system:kubelet-api-admin` role bound to it.
     let kubelet_client = pki.client(
         "apiserver-kubelet-client",
         crate::kubelet::APISERVER_CLIENT,
-        &["system:masters"],
+        &[],
     )?;
     let _ = server
         .kubelet

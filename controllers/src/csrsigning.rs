@@ -68,10 +68,12 @@ pub enum SignError {
     Failed(String),
 }
 
-/// What a request parses to: the parts the signers' rules look at.
-struct Request {
-    organizations: Vec<String>,
-    common_name: String,
+/// What a request parses to: the parts the signers' rules (and the approver) look at.
+pub(crate) struct Request {
+    pub(crate) organizations: Vec<String>,
+    pub(crate) common_name: String,
+    pub(crate) dns_names: Vec<String>,
+    pub(crate) ip_addresses: Vec<std::net::IpAddr>,
     dns: usize,
     emails: usize,
     ips: usize,
@@ -79,7 +81,7 @@ struct Request {
     repeated_attributes: bool,
 }
 
-fn parse(pem: &[u8]) -> Result<Request, SignError> {
+pub(crate) fn parse(pem: &[u8]) -> Result<Request, SignError> {
     let unparsable = |e: String| SignError::Failed(format!("unable to parse csr: {e}"));
     let (_, block) =
         x509_parser::pem::parse_x509_pem(pem).map_err(|e| unparsable(e.to_string()))?;
@@ -108,6 +110,8 @@ fn parse(pem: &[u8]) -> Result<Request, SignError> {
     let mut request = Request {
         organizations,
         common_name,
+        dns_names: Vec::new(),
+        ip_addresses: Vec::new(),
         dns: 0,
         emails: 0,
         ips: 0,
@@ -118,9 +122,19 @@ fn parse(pem: &[u8]) -> Result<Request, SignError> {
         if let ParsedExtension::SubjectAlternativeName(san) = ext {
             for name in &san.general_names {
                 match name {
-                    GeneralName::DNSName(_) => request.dns += 1,
+                    GeneralName::DNSName(d) => {
+                        request.dns += 1;
+                        request.dns_names.push(d.to_string());
+                    }
                     GeneralName::RFC822Name(_) => request.emails += 1,
-                    GeneralName::IPAddress(_) => request.ips += 1,
+                    GeneralName::IPAddress(b) => {
+                        request.ips += 1;
+                        if let Ok(v4) = <[u8; 4]>::try_from(*b) {
+                            request.ip_addresses.push(v4.into());
+                        } else if let Ok(v6) = <[u8; 16]>::try_from(*b) {
+                            request.ip_addresses.push(v6.into());
+                        }
+                    }
                     GeneralName::URI(_) => request.uris += 1,
                     _ => {}
                 }
@@ -148,7 +162,7 @@ fn usages_match(
 }
 
 /// Upstream's rules of each built-in signer; `None` for the signers this one does not serve.
-fn check(signer: &str, req: &Request, usages: &[String]) -> Option<Result<(), String>> {
+pub(crate) fn check(signer: &str, req: &Request, usages: &[String]) -> Option<Result<(), String>> {
     let usages: BTreeSet<&str> = usages.iter().map(String::as_str).collect();
     let node_subject = || {
         if req.organizations != ["system:nodes"] {

@@ -3,8 +3,10 @@
 //! API (watch, reflector cache, reconcile by key, requeue with backoff), so they prove the API
 //! works for third-party controllers too.
 
+pub mod clientbuilder;
 pub mod clusterroleaggregation;
 pub mod cronjob;
+pub mod csrapproving;
 pub mod csrsigning;
 pub mod daemonset;
 pub mod deployment;
@@ -31,6 +33,7 @@ pub mod scheduler;
 pub mod serviceaccount;
 pub mod statefulset;
 pub mod tainteviction;
+pub mod tokencleaner;
 pub mod ttl_after_finished;
 pub mod util;
 pub mod volume;

@@ -69,7 +69,8 @@ pub fn service_account_of(controller: &str) -> Option<&'static str> {
         "clusterrole-aggregation" => "clusterrole-aggregation-controller",
         ROOT_CA_PUBLISHER => "root-ca-cert-publisher",
         HPA => "horizontal-pod-autoscaler",
-        crate::csrsigning::NAME => "certificate-controller",
+        crate::csrsigning::NAME | crate::csrapproving::NAME => "certificate-controller",
+        crate::tokencleaner::NAME => "token-cleaner",
         _ => return None,
     })
 }
@@ -176,6 +177,14 @@ fn controllers() -> Vec<(&'static str, Starter)> {
         }),
         (crate::clusterroleaggregation::NAME, |c| {
             Box::pin(crate::clusterroleaggregation::run(c))
+        }),
+        (crate::csrapproving::NAME, |c| {
+            Box::pin(crate::csrapproving::run(c))
+        }),
+        // Upstream leaves it off unless named (kubeadm names it); minik8s's clusters use
+        // bootstrap tokens out of the box, so it runs with `*`.
+        (crate::tokencleaner::NAME, |c| {
+            Box::pin(crate::tokencleaner::run(c))
         }),
     ]
 }

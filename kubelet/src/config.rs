@@ -47,12 +47,12 @@ pub struct KubeletConfig {
     pub manage_host: bool,
 }
 
-/// The TLS material of the kubelet's API, PEM encoded: its serving certificate and key (signed
-/// by the cluster CA for the node's names), and the CA that client certificates must chain to.
+/// The TLS material of the kubelet's API: its serving certificate (signed by the cluster CA
+/// for the node's names; it may be replaced while the API listens), and the CA, PEM encoded,
+/// that client certificates must chain to.
 #[derive(Clone)]
 pub struct ServingTls {
-    pub cert_pem: String,
-    pub key_pem: String,
+    pub cert: std::sync::Arc<crate::server::serving_cert::ServingCert>,
     pub client_ca_pem: String,
 }
 

@@ -1,7 +1,9 @@
 //! The kubelet's HTTPS API against the fake runtime, and the API server's proxying to it:
-//! a real API server over TLS (testkit), a kubelet API on a loopback port with a certificate
-//! from the same CA, and a stand-in for the runtime's streaming server that either switches
-//! protocols and echoes, or refuses.
+//! a real API server over TLS (testkit, with `--authorization-mode=Node,RBAC`), a kubelet API
+//! on a loopback port with a certificate from the same CA, and a stand-in for the runtime's
+//! streaming server that either switches protocols and echoes, or refuses. Who may call the
+//! kubelet is the API server's answer: certificates and tokens, TokenReview and
+//! SubjectAccessReview, as upstream's kubelet in webhook mode.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,16 +13,19 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
 use kube::api::{LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
+use minik8s_apiserver::authz::Mode;
 use minik8s_apiserver::pki::{CertPair, Pki, ServingNames};
 use minik8s_kubelet::KubeletConfig;
 use minik8s_kubelet::config::ServingTls;
 use minik8s_kubelet::pod::worker::{Memory, Shared};
 use minik8s_kubelet::runtime::fake::{FakeRuntime, Usage};
-use minik8s_kubelet::server::{self, KubeletServer};
+use minik8s_kubelet::server::{self, AuthOptions, KubeletServer};
 use serde_json::json;
 use testkit::{Backend, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -91,7 +96,11 @@ async fn streaming_backend(seen: Arc<Mutex<Vec<String>>>) -> SocketAddr {
 }
 
 async fn start() -> Env {
-    let api = TestServer::start(Backend::Sqlite).await.unwrap();
+    let api = TestServer::start_with(Backend::Sqlite, |c| {
+        c.serve.authorization_modes = vec![Mode::Node, Mode::Rbac];
+    })
+    .await
+    .unwrap();
     let client = api.client().await.unwrap();
     let pki = Pki::ensure(&api.dir.path().join("pki"), &ServingNames::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -147,8 +156,7 @@ async fn start() -> Env {
         )
         .unwrap();
     let tls = server::tls_config(&ServingTls {
-        cert_pem: serving.cert_pem,
-        key_pem: serving.key_pem,
+        cert: server::serving_cert::ServingCert::new(&serving.cert_pem, &serving.key_pem).unwrap(),
         client_ca_pem: pki.ca.cert_pem.clone(),
     })
     .unwrap();
@@ -157,7 +165,15 @@ async fn start() -> Env {
     tokio::spawn(server::serve(
         listener,
         tls,
-        server::router(KubeletServer::new(shared.clone())),
+        // As `--authorization-webhook-cache-unauthorized-ttl=0`: a binding made during a test
+        // counts from the next request (the caches have unit tests of their own).
+        server::router(KubeletServer::with_auth(
+            shared.clone(),
+            AuthOptions {
+                unauthorized_ttl: Duration::ZERO,
+                ..Default::default()
+            },
+        )),
     ));
     // The node as its kubelet registers it: address and API port.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -255,12 +271,13 @@ impl Env {
         Api::namespaced(self.client.clone(), "default")
     }
 
+    /// The API server's client certificate for kubelets (the file it issued itself).
     fn apiserver_client(&self) -> CertPair {
         self.pki
             .client(
                 "apiserver-kubelet-client",
                 "kube-apiserver-kubelet-client",
-                &["system:masters"],
+                &[],
             )
             .unwrap()
     }
@@ -562,7 +579,7 @@ async fn kubelet_api_directly() {
         env.fake.streams()
     );
 
-    // Only the API server and cluster admins; no certificate, no connection.
+    // Another node's kubelet has no rights on this one; no credentials at all is 401.
     let node = env
         .pki
         .issue(
@@ -579,16 +596,138 @@ async fn kubelet_api_directly() {
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert_eq!(
         r.body,
-        "Forbidden (user=system:node:n2, verb=get, resource=nodes, subresource=stats)"
+        "Forbidden (user=system:node:n2, verb=get, resource=nodes, subresource(s)=[stats])\n"
     );
-    let anonymous = async {
-        let mut k = env.kubelet(None).await?;
-        call(&mut k, Method::GET, "/healthz", &[]).await
-    };
-    assert!(
-        anonymous.await.is_err(),
-        "an anonymous client got an answer"
+    let mut k = env.kubelet(None).await.unwrap();
+    let r = call(&mut k, Method::GET, "/healthz", &[]).await.unwrap();
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (StatusCode::UNAUTHORIZED, "Unauthorized")
     );
+}
+
+/// A ServiceAccount token for `default/reader`.
+async fn reader_token(env: &Env) -> String {
+    let accounts: Api<ServiceAccount> = Api::namespaced(env.client.clone(), "default");
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "reader"}})).unwrap();
+    accounts.create(&PostParams::default(), &sa).await.unwrap();
+    let request: TokenRequest = serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
+    accounts
+        .create_token_request("reader", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+}
+
+/// Who may call the kubelet: no credentials is 401; a bearer token the API server vouches for
+/// is its user, who needs the `nodes` subresource the path maps to, granted through RBAC;
+/// the API server's own certificate has `system:kubelet-api-admin`.
+#[tokio::test]
+async fn who_may_call_the_kubelet() {
+    let env = start().await;
+    let mut k = env.kubelet(None).await.unwrap();
+    for path in ["/pods", "/stats/summary", "/nowhere"] {
+        let r = call(&mut k, Method::GET, path, &[]).await.unwrap();
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            "{path}"
+        );
+    }
+    let r = call(
+        &mut k,
+        Method::GET,
+        "/pods",
+        &[("authorization", "Bearer not-a-token")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+
+    // A valid token without rights.
+    let token = reader_token(&env).await;
+    let bearer = format!("Bearer {token}");
+    let auth = [("authorization", bearer.as_str())];
+    let user = "system:serviceaccount:default:reader";
+    let r = call(&mut k, Method::GET, "/pods", &auth).await.unwrap();
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.body,
+        format!("Forbidden (user={user}, verb=get, resource=nodes, subresource(s)=[proxy])\n")
+    );
+
+    // `get nodes/proxy`: the node's pods, not its stats, and not exec (`create`).
+    let roles: Api<ClusterRole> = Api::all(env.client.clone());
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "kubelet-reader"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]
+    }))
+    .unwrap();
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "kubelet-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubelet-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "default"}]
+    }))
+    .unwrap();
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let pods = testkit::eventually(Duration::from_secs(20), "the binding to count", || {
+        let env = &env;
+        async move {
+            let mut k = env.kubelet(None).await.ok()?;
+            let r = call(&mut k, Method::GET, "/pods", &auth).await.ok()?;
+            (r.status == StatusCode::OK).then_some(r.body)
+        }
+    })
+    .await;
+    let list: serde_json::Value = serde_json::from_str(&pods).unwrap();
+    assert_eq!(list["kind"], "PodList");
+    let mut k = env.kubelet(None).await.unwrap();
+    let r = call(&mut k, Method::GET, "/healthz", &auth).await.unwrap();
+    assert_eq!((r.status, r.body.as_str()), (StatusCode::OK, "ok"));
+    let r = call(&mut k, Method::GET, "/stats/summary", &auth)
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.body,
+        format!("Forbidden (user={user}, verb=get, resource=nodes, subresource(s)=[stats])\n")
+    );
+    let r = call(
+        &mut k,
+        Method::POST,
+        "/exec/default/p/c?command=ls&stdout=1",
+        &auth,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.body,
+        format!("Forbidden (user={user}, verb=create, resource=nodes, subresource(s)=[proxy])\n")
+    );
+
+    // The API server's certificate: in no group, allowed by its bootstrap binding; a
+    // certificate is the user even beside another's token.
+    let apiserver = env.apiserver_client();
+    let der = rustls_pemfile::certs(&mut apiserver.cert_pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    assert_eq!(cert.subject().iter_organization().count(), 0);
+    let mut k = env.kubelet(Some(&apiserver)).await.unwrap();
+    for path in ["/stats/summary", "/metrics/resource", "/pods", "/healthz"] {
+        let r = call(&mut k, Method::GET, path, &auth).await.unwrap();
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+    }
 }
 
 #[tokio::test]

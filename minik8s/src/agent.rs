@@ -12,6 +12,7 @@ use clap::Args;
 use minik8s_informers::Informers;
 use minik8s_kubelet::containerd::{Containerd, ContainerdConfig};
 use minik8s_kubelet::runtime::{CriRuntime, Runtime};
+use minik8s_kubelet::server::serving_cert::ServingCert;
 
 /// Flags of the node agent, named after the kubelet's.
 #[derive(Args, Clone, Debug)]
@@ -121,13 +122,36 @@ async fn wait_for_image(runtime: &CriRuntime, image: &str) -> anyhow::Result<()>
     }
 }
 
-/// Starts containerd (unless an endpoint is given), imports `<data-dir>/images/*.tar`, issues
-/// the kubelet's certificate and runs the kubelet in the background, reading its pods and
+/// Where the node's certificates come from.
+pub enum Identity<'a> {
+    /// Issued here with the cluster CA's key: the server's own node, or a node given the
+    /// cluster's PKI directory.
+    Pki(&'a minik8s_apiserver::pki::Pki),
+    /// A node that joined through TLS bootstrap ([`bootstrap`]): its client certificate, the CA
+    /// it trusts, and where its serving certificate is kept once its CSR is signed.
+    Joined {
+        ca_pem: String,
+        client: minik8s_apiserver::pki::CertPair,
+        pki_dir: PathBuf,
+    },
+}
+
+impl Identity<'_> {
+    fn ca_pem(&self) -> &str {
+        match self {
+            Identity::Pki(pki) => &pki.ca.cert_pem,
+            Identity::Joined { ca_pem, .. } => ca_pem,
+        }
+    }
+}
+
+/// Starts containerd (unless an endpoint is given), imports `<data-dir>/images/*.tar`, sets up
+/// the kubelet's certificates and runs the kubelet in the background, reading its pods and
 /// Node from `shared` when the process has informers of every pod and Node.
 pub async fn start(
     args: &AgentArgs,
     data_dir: &Path,
-    pki: &minik8s_apiserver::pki::Pki,
+    identity: &Identity<'_>,
     api_url: &str,
     service_range: &str,
     shared: Option<Arc<Informers>>,
@@ -162,32 +186,53 @@ pub async fn start(
             wait_for_image(&runtime, minik8s_kubelet::containerd::SANDBOX_IMAGE).await?;
         }
     }
-    let cert = pki.client("kubelet", &format!("system:node:{name}"), &["system:nodes"])?;
+    let cert = match identity {
+        Identity::Pki(pki) => {
+            pki.client("kubelet", &format!("system:node:{name}"), &["system:nodes"])?
+        }
+        Identity::Joined { client, .. } => client.clone(),
+    };
     let path = data_dir.join("kubelet.kubeconfig");
-    let client = kubeconfig_client(pki, &cert, api_url, &path).await?;
+    let client = kubeconfig_client(identity.ca_pem(), &cert, api_url, &path).await?;
     let ip = node_ip(args);
     // The kubelet's serving certificate, for the names the API server and clients use.
-    let hostname = minik8s_apiserver::server::hostname().to_lowercase();
-    let mut dns = vec![name.clone()];
-    if !hostname.is_empty() && hostname != name {
-        dns.push(hostname);
-    }
-    let mut ips = vec![ip, IpAddr::from([127, 0, 0, 1])];
-    ips.dedup();
-    let serving = pki.issue(
-        &format!("system:node:{name}"),
-        &["system:nodes"],
-        &minik8s_apiserver::pki::ServingNames { dns, ips },
-        true,
-    )?;
+    let serving = match identity {
+        Identity::Pki(pki) => {
+            let hostname = minik8s_apiserver::server::hostname().to_lowercase();
+            let mut dns = vec![name.clone()];
+            if !hostname.is_empty() && hostname != name {
+                dns.push(hostname);
+            }
+            let mut ips = vec![ip, IpAddr::from([127, 0, 0, 1])];
+            ips.dedup();
+            let names = minik8s_apiserver::pki::ServingNames { dns, ips };
+            let pair = pki.issue(
+                &format!("system:node:{name}"),
+                &["system:nodes"],
+                &names,
+                true,
+            )?;
+            ServingCert::new(&pair.cert_pem, &pair.key_pem)?
+        }
+        // Asked for as the node, for the names its Node lists (the approver checks them).
+        Identity::Joined {
+            pki_dir, ca_pem, ..
+        } => crate::bootstrap::serving_certificate(
+            client.clone(),
+            &name,
+            vec![name.clone()],
+            vec![ip],
+            ca_pem,
+            pki_dir,
+        )?,
+    };
     let mut config =
         minik8s_kubelet::KubeletConfig::new(&name, ip, data_dir.join("kubelet"), &socket);
     config.port = args.kubelet_port;
     config.address = args.kubelet_address;
     config.tls = Some(minik8s_kubelet::config::ServingTls {
-        cert_pem: serving.cert_pem,
-        key_pem: serving.key_pem,
-        client_ca_pem: pki.ca.cert_pem.clone(),
+        cert: serving,
+        client_ca_pem: identity.ca_pem().to_string(),
     });
     config.cni_conf_dir = cni_dir;
     config.minik8s_cni = containerd
@@ -225,17 +270,13 @@ pub async fn start(
 
 /// Writes a kubeconfig for `cert` at `path` and returns a client built from it.
 pub async fn kubeconfig_client(
-    pki: &minik8s_apiserver::pki::Pki,
+    ca_pem: &str,
     cert: &minik8s_apiserver::pki::CertPair,
     api_url: &str,
     path: &Path,
 ) -> anyhow::Result<kube::Client> {
-    let kubeconfig = minik8s_apiserver::server::admin_kubeconfig(
-        api_url,
-        &pki.ca.cert_pem,
-        &cert.cert_pem,
-        &cert.key_pem,
-    );
+    let kubeconfig =
+        minik8s_apiserver::server::admin_kubeconfig(api_url, ca_pem, &cert.cert_pem, &cert.key_pem);
     std::fs::write(path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
     crate::control::ClientArgs {
         kubeconfig: Some(path.to_path_buf()),

@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use minik8s_apiserver::auth::{ClientCertIdentity, UserInfo};
+use minik8s_controllers::clientbuilder::{DynamicClientBuilder, TokenOptions};
 use minik8s_controllers::csrsigning::SigningOptions;
 use minik8s_controllers::hollow::HollowConfig;
 use minik8s_controllers::manager::ControllerManagerOptions;
@@ -31,7 +32,9 @@ pub struct ControllerManagerArgs {
     pub leader_elect: bool,
     /// Each controller writes as its own ServiceAccount in kube-system (upstream's
     /// `system:controller:<name>` roles say what each may do); false: all as the manager.
-    /// In `minik8s server` only (in process); `controller-manager` alone acts as itself.
+    /// `controller-manager` creates the accounts it lacks and authenticates each controller
+    /// with TokenRequest tokens renewed before they expire, keeping only the kubeconfig's
+    /// server and CA for them; `server` gives its in-process controllers their identities.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub use_service_account_credentials: bool,
     /// The CA bundle published in every namespace as the `kube-root-ca.crt` ConfigMap
@@ -151,16 +154,19 @@ pub struct ClientArgs {
 }
 
 impl ClientArgs {
-    pub async fn client(&self) -> anyhow::Result<kube::Client> {
-        let config = match &self.kubeconfig {
+    pub async fn config(&self) -> anyhow::Result<kube::Config> {
+        Ok(match &self.kubeconfig {
             Some(path) => {
                 let kubeconfig = kube::config::Kubeconfig::read_from(path)
                     .with_context(|| format!("reading {}", path.display()))?;
                 kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
             }
             None => kube::Config::infer().await?,
-        };
-        Ok(kube::Client::try_from(config)?)
+        })
+    }
+
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        Ok(kube::Client::try_from(self.config().await?)?)
     }
 }
 
@@ -322,8 +328,21 @@ pub async fn run_controller_manager(
     client: ClientArgs,
     args: ControllerManagerArgs,
 ) -> anyhow::Result<()> {
-    let informers = minik8s_controllers::informers::Informers::new(client.client().await?);
-    minik8s_controllers::manager::run(informers, args.options()?, crate::shutdown_signal()).await;
+    let config = client.config().await?;
+    let manager = kube::Client::try_from(config.clone())?;
+    let mut options = args.options()?;
+    if args.use_service_account_credentials {
+        let builder = DynamicClientBuilder::new(
+            manager.clone(),
+            &config,
+            "kube-system",
+            TokenOptions::default(),
+        )?;
+        options.credentials = Some(std::sync::Arc::new(builder).credentials());
+    }
+    // The shared informers and leader election use the manager's own identity.
+    let informers = minik8s_controllers::informers::Informers::new(manager);
+    minik8s_controllers::manager::run(informers, options, crate::shutdown_signal()).await;
     Ok(())
 }
 

@@ -3,10 +3,12 @@
 //! builds and imports container images without a registry.
 
 mod agent;
+mod bootstrap;
 mod control;
 mod net;
 mod node;
 mod routes;
+mod token;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -79,6 +81,9 @@ enum Command {
     /// Build and import container images without a registry.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Manage bootstrap tokens, with which nodes join (as `kubeadm token`).
+    #[command(subcommand)]
+    Token(token::TokenCommand),
 }
 
 #[derive(Args)]
@@ -160,6 +165,11 @@ struct ServerArgs {
     /// CSV of `token,user,uid,"group1,group2"` for bearer-token authentication.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Bearer tokens `<id>.<secret>` of `bootstrap.kubernetes.io/token` Secrets in kube-system
+    /// authenticate as `system:bootstrap:<id>` (how `minik8s node --token` joins). On by
+    /// default here; kube-apiserver's default is off.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    enable_bootstrap_token_auth: bool,
     /// An `audit.k8s.io/v1` Policy: which requests are written to the audit log, and how much
     /// of each. Without it nothing is audited.
     #[arg(long)]
@@ -310,6 +320,7 @@ impl ServerArgs {
         c.advertise_address = self.advertise_address;
         c.etcd_servers = self.etcd_servers.clone();
         c.token_auth_file = self.token_auth_file.clone();
+        c.enable_bootstrap_token_auth = self.enable_bootstrap_token_auth;
         c.audit = minik8s_apiserver::audit::AuditOptions {
             policy_file: self.audit_policy_file.clone(),
             log_path: self.audit_log_path.clone(),
@@ -405,7 +416,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
             agent::start(
                 &agent_args,
                 &prepared.config.data_dir,
-                &prepared.pki,
+                &agent::Identity::Pki(&prepared.pki),
                 &url,
                 &prepared.config.service_cluster_ip_range,
                 Some(informers.clone()),
@@ -661,8 +672,8 @@ fn main() -> anyhow::Result<()> {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
     );
-    if matches!(cli.command, Command::Image(_)) {
-        // `image` commands print their results on stdout; logs go to stderr.
+    if matches!(cli.command, Command::Image(_) | Command::Token(_)) {
+        // `image` and `token` commands print their results on stdout; logs go to stderr.
         logs.with_writer(std::io::stderr).init();
     } else {
         logs.init();
@@ -697,6 +708,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Image(ImageCommand::Import(args)) => import_images(args).await,
             Command::Image(ImageCommand::Build(_)) => unreachable!("handled above"),
+            Command::Token(command) => token::run(command).await,
         }
     })
 }
@@ -711,6 +723,12 @@ mod tests {
             Command::Server(args) => args.config(),
             _ => unreachable!("a server command"),
         }
+    }
+
+    #[test]
+    fn bootstrap_tokens_are_accepted_unless_turned_off() {
+        assert!(server(&[]).enable_bootstrap_token_auth);
+        assert!(!server(&["--enable-bootstrap-token-auth=false"]).enable_bootstrap_token_auth);
     }
 
     #[test]

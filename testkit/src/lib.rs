@@ -13,7 +13,9 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
-use minik8s_apiserver::auth::{ClientCertIdentity, UserInfo};
+use minik8s_apiserver::auth::ClientCertIdentity;
+/// Who a test's request is from ([`InProcess::send_as`], [`InProcess::client_as`]).
+pub use minik8s_apiserver::auth::UserInfo;
 use minik8s_apiserver::handlers::resource::ServeOptions;
 use minik8s_apiserver::{ApiServer, Config};
 use tempfile::TempDir;
@@ -153,8 +155,26 @@ pub struct TestServer {
     _etcd: Option<Etcd>,
 }
 
+/// Authorization as a production server has it, `--authorization-mode=Node,RBAC` (test
+/// servers allow everything unless told otherwise): for [`TestServer::start_with`] and
+/// [`InProcess::start_with`].
+pub fn with_rbac(config: &mut Config) {
+    config.serve.authorization_modes = vec![
+        minik8s_apiserver::authz::Mode::Node,
+        minik8s_apiserver::authz::Mode::Rbac,
+    ];
+}
+
 impl TestServer {
     pub async fn start(backend: Backend) -> anyhow::Result<TestServer> {
+        Self::start_with(backend, |_| {}).await
+    }
+
+    /// [`TestServer::start`] with settings changed by `configure` (authorization modes, ...).
+    pub async fn start_with(
+        backend: Backend,
+        configure: impl FnOnce(&mut Config),
+    ) -> anyhow::Result<TestServer> {
         init_tracing();
         let dir = tempfile::tempdir()?;
         let etcd = match backend {
@@ -168,6 +188,7 @@ impl TestServer {
         config.secure_port = addr.port();
         config.etcd_servers = etcd.iter().map(|e| e.endpoint.clone()).collect();
         config.serve = test_serve_options();
+        configure(&mut config);
         let prepared = minik8s_apiserver::prepare(config).await?;
         let tls = minik8s_apiserver::serve::tls_config(&prepared.pki)?;
         let app = minik8s_apiserver::router(prepared.server.clone());
@@ -406,9 +427,29 @@ impl InProcess {
 
     /// A kube-rs client that talks to the router directly, as the admin.
     pub fn client(&self) -> kube::Client {
+        self.client_as(admin())
+    }
+
+    /// A kube-rs client that talks to the router directly as `user` (a verified client
+    /// certificate's identity).
+    pub fn client_as(&self, user: UserInfo) -> kube::Client {
         let router = self.router.clone();
         let service = tower::service_fn(move |mut req: Request<kube::client::Body>| {
-            req.extensions_mut().insert(ClientCertIdentity(admin()));
+            req.extensions_mut()
+                .insert(ClientCertIdentity(user.clone()));
+            router.clone().oneshot(req.map(axum::body::Body::new))
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// A kube-rs client that talks to the router directly with `Authorization: Bearer
+    /// <token>` and no certificate (a ServiceAccount or bootstrap token's client).
+    pub fn client_with_token(&self, token: &str) -> kube::Client {
+        let router = self.router.clone();
+        let value = http::HeaderValue::from_str(&format!("Bearer {token}")).expect("token");
+        let service = tower::service_fn(move |mut req: Request<kube::client::Body>| {
+            req.headers_mut()
+                .insert(http::header::AUTHORIZATION, value.clone());
             router.clone().oneshot(req.map(axum::body::Body::new))
         });
         kube::Client::new(service, "default")

@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use minik8s_api::kinds::pod::references;
 use minik8s_api::rbac::{self, Attributes};
 
 use super::Decision;
@@ -33,89 +34,27 @@ pub fn node_of(a: &Attributes) -> Option<&str> {
 }
 
 /// What a pod's spec refers to by name in its namespace.
-#[derive(Default)]
-struct Refs {
-    secrets: Vec<String>,
-    config_maps: Vec<String>,
-    claims: Vec<String>,
-}
-
-fn refs(pod: &Pod) -> Refs {
-    let mut r = Refs::default();
-    let Some(spec) = &pod.spec else { return r };
-    let pod_name = pod.metadata.name.clone().unwrap_or_default();
-    for s in spec.image_pull_secrets.iter().flatten() {
-        r.secrets.push(s.name.clone());
-    }
-    for v in spec.volumes.iter().flatten() {
-        if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
-            r.secrets.push(s);
-        }
-        if let Some(c) = &v.config_map {
-            r.config_maps.push(c.name.clone());
-        }
-        if let Some(c) = &v.persistent_volume_claim {
-            r.claims.push(c.claim_name.clone());
-        }
-        if v.ephemeral.is_some() {
-            r.claims.push(format!("{pod_name}-{}", v.name));
-        }
-        for source in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
-            if let Some(s) = &source.secret {
-                r.secrets.push(s.name.clone());
-            }
-            if let Some(c) = &source.config_map {
-                r.config_maps.push(c.name.clone());
-            }
-        }
-        if let Some(s) = v
-            .csi
-            .as_ref()
-            .and_then(|c| c.node_publish_secret_ref.as_ref())
-        {
-            r.secrets.push(s.name.clone());
-        }
-    }
-    containers_refs(spec, &mut r);
-    r
-}
-
-fn containers_refs(spec: &PodSpec, r: &mut Refs) {
-    let envs = spec
-        .containers
+/// The claims a pod uses: its PersistentVolumeClaim volumes and the claims made for its
+/// generic ephemeral volumes (`<pod>-<volume>`). Secrets and ConfigMaps come from the shared
+/// walk in [`minik8s_api::kinds::pod::references`].
+fn claims(pod: &Pod) -> Vec<String> {
+    let Some(spec) = &pod.spec else {
+        return Vec::new();
+    };
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    spec.volumes
         .iter()
-        .map(|c| (&c.env, &c.env_from))
-        .chain(
-            spec.init_containers
-                .iter()
-                .flatten()
-                .map(|c| (&c.env, &c.env_from)),
-        )
-        .chain(
-            spec.ephemeral_containers
-                .iter()
-                .flatten()
-                .map(|c| (&c.env, &c.env_from)),
-        );
-    for (env, env_from) in envs {
-        for e in env.iter().flatten() {
-            let Some(from) = &e.value_from else { continue };
-            if let Some(s) = &from.secret_key_ref {
-                r.secrets.push(s.name.clone());
+        .flatten()
+        .filter_map(|v| {
+            if let Some(c) = &v.persistent_volume_claim {
+                Some(c.claim_name.clone())
+            } else {
+                v.ephemeral
+                    .as_ref()
+                    .map(|_| format!("{pod_name}-{}", v.name))
             }
-            if let Some(c) = &from.config_map_key_ref {
-                r.config_maps.push(c.name.clone());
-            }
-        }
-        for f in env_from.iter().flatten() {
-            if let Some(s) = &f.secret_ref {
-                r.secrets.push(s.name.clone());
-            }
-            if let Some(c) = &f.config_map_ref {
-                r.config_maps.push(c.name.clone());
-            }
-        }
-    }
+        })
+        .collect()
 }
 
 impl NodeAuthorizer {
@@ -149,7 +88,7 @@ impl NodeAuthorizer {
         match a.resource.as_str() {
             "persistentvolumes" => self.pods_on(node, "").iter().any(|p| {
                 let ns = p.metadata.namespace.clone().unwrap_or_default();
-                refs(p).claims.iter().any(|c| {
+                claims(p).iter().any(|c| {
                     self.claims
                         .named(&format!("{ns}/{c}"))
                         .and_then(|claim| claim.spec.as_ref()?.volume_name.clone())
@@ -158,14 +97,13 @@ impl NodeAuthorizer {
                 })
             }),
             resource => self.pods_on(node, &a.namespace).iter().any(|p| {
-                let r = refs(p);
-                let names = match resource {
-                    "secrets" => &r.secrets,
-                    "configmaps" => &r.config_maps,
-                    "persistentvolumeclaims" => &r.claims,
-                    _ => return false,
-                };
-                names.contains(&a.name)
+                let Some(spec) = &p.spec else { return false };
+                match resource {
+                    "secrets" => references::secret_names(spec).contains(&a.name.as_str()),
+                    "configmaps" => references::config_map_names(spec).contains(&a.name.as_str()),
+                    "persistentvolumeclaims" => claims(p).contains(&a.name),
+                    _ => false,
+                }
             }),
         }
     }

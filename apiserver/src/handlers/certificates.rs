@@ -1,6 +1,7 @@
 //! The CertificateSigningRequest `approval` subresource: how `kubectl certificate approve`
 //! and `deny` record a decision. Only the Approved and Denied conditions of the body are
 //! taken (upstream's approval strategy); the spec and the rest of the status stay as stored.
+//! And who asked: a new request records its creator ([`Requester`]), which approvers trust.
 
 use async_trait::async_trait;
 use axum::response::Response;
@@ -13,9 +14,33 @@ use minik8s_api::strategy::{BuiltIn, Kind};
 use super::codec::json;
 use super::request::Verb;
 use super::resource::{ApiRequest, Extension};
-use crate::registry::generic::GenericRegistry;
+use crate::registry::generic::{CreateAdmission, GenericRegistry};
 
 pub struct CertificateSigningRequestExtension;
+
+/// Upstream's CSR strategy `PrepareForCreate`: `spec.username`, `uid`, `groups` and `extra`
+/// are the authenticated creator's, whatever the body says, so an approver that reviews the
+/// requester's permissions (the CSR approving controller) judges who really asked.
+pub struct Requester;
+
+#[async_trait]
+impl CreateAdmission<CertificateSigningRequest> for Requester {
+    async fn admit(&self, csr: &mut CertificateSigningRequest, _: bool) -> Result<(), ApiError> {
+        let spec = &mut csr.spec;
+        spec.username = None;
+        spec.uid = None;
+        spec.groups = None;
+        spec.extra = None;
+        // The server's own writes have no caller; clients' always do.
+        if let Some(caller) = crate::admission::webhook::current_caller() {
+            spec.username = Some(caller.user.name.clone()).filter(|u| !u.is_empty());
+            spec.uid = Some(caller.user.uid.clone()).filter(|u| !u.is_empty());
+            spec.groups = Some(caller.user.groups.clone()).filter(|g| !g.is_empty());
+            spec.extra = (!caller.extra.is_empty()).then(|| caller.extra.clone());
+        }
+        Ok(())
+    }
+}
 
 #[async_trait]
 impl Extension<BuiltIn<CertificateSigningRequest>> for CertificateSigningRequestExtension {

@@ -47,6 +47,7 @@ pub async fn evict(
             "name in URL does not match name in Eviction object",
         ));
     }
+    pods.admit_removal(Some(ns), name, Some("eviction")).await?;
     let kind = ["policy", "v1", "Eviction"];
     pods.admit_subresource(
         Operation::Create,

@@ -4,6 +4,11 @@
 //! ships as add-ons (cluster DNS keeps its Service, the Ingress proxy writes Ingress status,
 //! NetworkPolicy enforcement reads policies and pods), and the local-path provisioner, which
 //! writes volumes as the node it runs on (k3s runs it as an add-on with the same rules).
+//! And kubelet TLS bootstrap out of the box, as kubeadm binds it: bootstrap tokens may ask
+//! for node client certificates, nodes may renew theirs, and the approving controller may
+//! approve nodes' serving certificates (a minik8s rule, see docs/security.md).
+//! The API server's own client for kubelets is given `system:kubelet-api-admin` here, as
+//! kubeadm's bootstrap does, instead of being a cluster admin.
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 
@@ -17,6 +22,7 @@ pub const NODE_NETWORK_USER: &str = "system:kube-proxy";
 
 const KNATIVE_ROLE: &str = "system:minik8s:knative-lite";
 const NETWORK_ROLE: &str = "system:minik8s:node-network";
+const NODE_SERVICES_ROLE: &str = "system:minik8s:node-services";
 
 fn knative_lite() -> Vec<PolicyRule> {
     let all = &["*"];
@@ -82,11 +88,41 @@ fn node_network() -> Vec<PolicyRule> {
     ]
 }
 
+/// What a node that joined with a bootstrap token needs for its proxier, NetworkPolicy
+/// enforcement and Ingress proxy, which act as the node there (it holds no other identity):
+/// upstream's `system:node-proxier` and reads of policies and Ingresses, no Secrets.
+fn node_services() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            READ,
+            &[LEGACY],
+            &["pods", "namespaces", "services", "endpoints", "nodes"],
+        ),
+        rule(READ, &["discovery.k8s.io"], &["endpointslices"]),
+        rule(
+            READ,
+            &["networking.k8s.io"],
+            &["networkpolicies", "ingresses", "ingressclasses"],
+        ),
+        rule(
+            &["update", "patch"],
+            &["networking.k8s.io"],
+            &["ingresses/status"],
+        ),
+        rule(
+            &["create", "patch", "update"],
+            &[LEGACY, "events.k8s.io"],
+            &["events"],
+        ),
+    ]
+}
+
 /// minik8s's own cluster roles.
 pub fn cluster_roles() -> Vec<ClusterRole> {
     vec![
         cluster_role(KNATIVE_ROLE, knative_lite()),
         cluster_role(NETWORK_ROLE, node_network()),
+        cluster_role(NODE_SERVICES_ROLE, node_services()),
     ]
 }
 
@@ -105,9 +141,19 @@ fn binding(name: &str, role: &str, subjects: serde_json::Value) -> ClusterRoleBi
     b
 }
 
-/// Who has minik8s's roles.
+/// Who has minik8s's roles, and upstream roles that minik8s's own users hold.
 pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
     vec![
+        // The API server calls kubelets (logs, exec, port-forward, node proxy, metrics) with
+        // its kubelet-client certificate, which is in no group: kubelets let it in because
+        // this role is bound to it, as kubeadm's bootstrap binds it.
+        binding(
+            "system:minik8s:apiserver-kubelet-client",
+            "system:kubelet-api-admin",
+            serde_json::json!([
+                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": crate::kubelet::APISERVER_CLIENT},
+            ]),
+        ),
         binding(
             KNATIVE_ROLE,
             KNATIVE_ROLE,
@@ -122,6 +168,45 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
             NETWORK_ROLE,
             serde_json::json!([
                 {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": NODE_NETWORK_USER},
+            ]),
+        ),
+        binding(
+            NODE_SERVICES_ROLE,
+            NODE_SERVICES_ROLE,
+            serde_json::json!([
+                {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:nodes"},
+            ]),
+        ),
+        // kubeadm's `kubeadm:kubelet-bootstrap`: bootstrap tokens create CSRs and watch them.
+        binding(
+            "system:minik8s:kubelet-bootstrap",
+            "system:node-bootstrapper",
+            serde_json::json!([
+                {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:bootstrappers"},
+            ]),
+        ),
+        // kubeadm's `kubeadm:node-autoapprove-bootstrap`: their node client CSRs are approved.
+        binding(
+            "system:minik8s:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            serde_json::json!([
+                {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:bootstrappers"},
+            ]),
+        ),
+        // kubeadm's `kubeadm:node-autoapprove-certificate-rotation`: nodes renew their own.
+        binding(
+            "system:minik8s:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            serde_json::json!([
+                {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:nodes"},
+            ]),
+        ),
+        // The approving controller also approves nodes' own serving certificates.
+        binding(
+            "system:minik8s:kubelet-serving-approver",
+            "system:certificates.k8s.io:kubelet-serving-approver",
+            serde_json::json!([
+                {"kind": "ServiceAccount", "name": "certificate-controller", "namespace": "kube-system"},
             ]),
         ),
         binding(

@@ -640,3 +640,38 @@ fn reconciling_a_binding_adds_missing_subjects() {
     assert_eq!(result.operation, Operation::Recreate);
     assert_eq!(result.binding, expected);
 }
+
+/// The API server's kubelet-client certificate is in no group: what kubelets let it do is
+/// `system:kubelet-api-admin`, bound to its user.
+#[test]
+fn the_api_server_may_use_kubelets() {
+    check(
+        "system:kubelet-api-admin",
+        &[
+            req("get", "", "nodes"),
+            req("proxy", "", "nodes"),
+            req("get", "", "nodes/proxy"),
+            req("create", "", "nodes/proxy"),
+            req("get", "", "nodes/stats"),
+            req("get", "", "nodes/metrics"),
+            req("get", "", "nodes/log"),
+        ],
+        &[
+            req("update", "", "nodes"),
+            req("get", "", "nodes/spec"),
+            req("get", "", "secrets"),
+        ],
+    );
+    let binding = policy()
+        .cluster_role_bindings
+        .into_iter()
+        .find(|b| b.role_ref.name == "system:kubelet-api-admin")
+        .expect("a binding of system:kubelet-api-admin");
+    let subjects: Vec<_> = binding
+        .subjects
+        .iter()
+        .flatten()
+        .map(|s| (s.kind.as_str(), s.name.as_str()))
+        .collect();
+    assert_eq!(subjects, [("User", crate::kubelet::APISERVER_CLIENT)]);
+}

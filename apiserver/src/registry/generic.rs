@@ -94,6 +94,25 @@ pub trait UpdateAdmission<O>: Send + Sync + 'static {
     async fn admit_update(&self, new: &mut O, old: &O, dry_run: bool) -> Result<(), ApiError>;
 }
 
+/// What a delete admission plugin sees: the object a client deletes, or whose subresource
+/// it creates to have it deleted (a pod's `eviction`).
+pub struct Removal<'a, O> {
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+    /// The stored object; `None` when there is none (the plugin may answer that itself, as
+    /// upstream's plugins do from their caches, before the registry's NotFound).
+    pub current: Option<&'a O>,
+    /// `eviction` for an eviction; `None` for a delete.
+    pub subresource: Option<&'a str>,
+}
+
+/// An admission plugin for deletes (upstream's admission of DELETE, and of the subresources
+/// that delete, such as a pod's eviction): runs before anything else looks at the delete.
+#[async_trait::async_trait]
+pub trait DeleteAdmission<O: Sync>: Send + Sync + 'static {
+    async fn admit_delete(&self, removal: &Removal<'_, O>) -> Result<(), ApiError>;
+}
+
 /// When an admission plugin runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -210,6 +229,7 @@ pub struct GenericRegistry<S: Strategy> {
     hooks: Option<Arc<dyn WriteHooks<S::Object>>>,
     admission: Vec<Arc<dyn CreateAdmission<S::Object>>>,
     update_admission: Vec<Arc<dyn UpdateAdmission<S::Object>>>,
+    delete_admission: Vec<Arc<dyn DeleteAdmission<S::Object>>>,
     /// Admission webhooks and policies, for every write a client makes.
     pub(super) external: Option<super::external::DynExternalAdmission>,
     /// Adds the fields upstream's Go types always serialize (`status: {replicas: 0}`), set
@@ -268,6 +288,7 @@ impl<S: Strategy> GenericRegistry<S> {
             hooks: None,
             admission: Vec::new(),
             update_admission: Vec::new(),
+            delete_admission: Vec::new(),
             external: None,
             zero_values: Default::default(),
             cache: Default::default(),
@@ -287,6 +308,51 @@ impl<S: Strategy> GenericRegistry<S> {
     pub fn with_update_admission(mut self, plugin: Arc<dyn UpdateAdmission<S::Object>>) -> Self {
         self.update_admission.push(plugin);
         self
+    }
+
+    pub fn with_delete_admission(mut self, plugin: Arc<dyn DeleteAdmission<S::Object>>) -> Self {
+        self.delete_admission.push(plugin);
+        self
+    }
+
+    /// Runs the delete admission plugins for a delete of `name` (`subresource: None`) or a
+    /// subresource write that deletes it (`eviction`), reading the object only when a
+    /// plugin is there to see it.
+    pub async fn admit_removal(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+    ) -> Result<(), ApiError> {
+        if self.delete_admission.is_empty() {
+            return Ok(());
+        }
+        let current = match self.get(ns, name).await {
+            Ok(o) => Some(o),
+            Err(e) if e.code == 404 => None,
+            Err(e) => return Err(e),
+        };
+        self.admit_delete_internal(ns, name, current.as_ref(), subresource)
+            .await
+    }
+
+    async fn admit_delete_internal(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        current: Option<&S::Object>,
+        subresource: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let removal = Removal {
+            namespace,
+            name,
+            current,
+            subresource,
+        };
+        for plugin in &self.delete_admission {
+            plugin.admit_delete(&removal).await?;
+        }
+        Ok(())
     }
 
     pub fn with_external_admission(
@@ -1357,10 +1423,15 @@ impl<S: Strategy> GenericRegistry<S> {
         loop {
             let kv = match self.store.get(&key).await {
                 Ok(Some(kv)) => kv,
-                Ok(None) => return Err(ApiError::not_found(self.target(name))),
+                Ok(None) => {
+                    self.admit_delete_internal(ns, name, None, None).await?;
+                    return Err(ApiError::not_found(self.target(name)));
+                }
                 Err(e) => return Err(self.store_error(name, e)),
             };
             let current = self.decode(&kv)?;
+            self.admit_delete_internal(ns, name, Some(&current), None)
+                .await?;
             let meta = self.strategy.meta(&current).clone();
             self.check_preconditions(&meta, opts.preconditions.as_ref(), name)?;
             if let Some(why) = self.strategy.deletion_forbidden(&current) {

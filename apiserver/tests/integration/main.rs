@@ -8,6 +8,7 @@ mod admission_webhooks;
 mod aggregation;
 mod api_resources;
 mod audit;
+mod bootstrap_tokens;
 mod compat;
 mod component_status;
 mod crd;

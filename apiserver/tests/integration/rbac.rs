@@ -485,7 +485,7 @@ async fn a_kubelet_writes_only_its_own_node_lease_and_pods() {
     assert_eq!(code, StatusCode::FORBIDDEN);
     assert_eq!(
         body["message"],
-        "nodes \"n1\" is forbidden: node \"n1\" is not allowed to modify labels: node-restriction.kubernetes.io/pool"
+        "nodes \"n1\" is forbidden: is not allowed to modify labels: node-restriction.kubernetes.io/pool"
     );
     // Only mirror pods bound to itself.
     let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}});
@@ -521,5 +521,153 @@ async fn a_kubelet_writes_only_its_own_node_lease_and_pods() {
     assert_eq!(
         r.json()["message"],
         "leases.coordination.k8s.io \"n2\" is forbidden: can only access node lease with the same name as the requesting node"
+    );
+}
+
+/// A merge patch of `path` as `user`: its status and body.
+async fn merge_patch_as(
+    api: &InProcess,
+    user: &UserInfo,
+    path: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let req = http::Request::builder()
+        .method(Method::PATCH)
+        .uri(path)
+        .header(http::header::CONTENT_TYPE, "application/merge-patch+json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let r = api.send_as(Some(user), req).await;
+    let body = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    (r.status, body)
+}
+
+/// NodeRestriction beyond creates: deletes and evictions of pods, claims' resize status,
+/// CSINodes and the node's taints, each only as upstream lets a kubelet.
+#[tokio::test]
+async fn a_kubelet_deletes_evicts_and_resizes_only_its_own() {
+    let api = start().await;
+    for n in ["n1", "n2"] {
+        created(&api, "/api/v1/nodes", json!({"metadata": {"name": n}})).await;
+    }
+    let pods = "/api/v1/namespaces/default/pods";
+    for (pod, node) in [("p1", "n1"), ("p2", "n2"), ("p3", "n1")] {
+        created(
+            &api,
+            pods,
+            json!({"metadata": {"name": pod},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}),
+        )
+        .await;
+    }
+    let n1 = user("system:node:n1", &["system:nodes"]);
+    // Deletes: once the node's rules are in force, another node's pod is refused.
+    let body = until_status(
+        &api,
+        Some(&n1),
+        Method::DELETE,
+        &format!("{pods}/p2"),
+        None,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(
+        body["message"],
+        "pods \"p2\" is forbidden: node \"n1\" can only delete pods with spec.nodeName set to itself"
+    );
+    let r = api
+        .call_as(Some(&n1), Method::DELETE, &format!("{pods}/p1"), None)
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    // Evictions.
+    let evict = |pod: &str| {
+        let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": "default"}});
+        let path = format!("{pods}/{pod}/eviction");
+        let n1 = n1.clone();
+        let api = &api;
+        async move {
+            api.call_as(Some(&n1), Method::POST, &path, Some(body))
+                .await
+        }
+    };
+    let r = evict("p2").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json()["message"],
+        "pods \"p2\" is forbidden: node n1 can only evict pods with spec.nodeName set to itself"
+    );
+    let r = evict("gone").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.json()["message"], "pod \"gone\" not found");
+    let r = evict("p3").await;
+    assert!(
+        r.status.is_success(),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    // Claims: the resize status only.
+    created(
+        &api,
+        "/api/v1/namespaces/default/persistentvolumeclaims",
+        json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    let claim = "/api/v1/namespaces/default/persistentvolumeclaims/data/status";
+    let (code, body) = merge_patch_as(
+        &api,
+        &n1,
+        claim,
+        json!({"status": {"capacity": {"storage": "1Gi"}}}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let (code, body) = merge_patch_as(&api, &n1, claim, json!({"status": {"phase": "Lost"}})).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("persistentvolumeclaims \"data\" is forbidden: node \"n1\" is not allowed to update fields other than status.quantity and status.conditions: "),
+        "{message}"
+    );
+    assert!(message.contains("+status.phase: \"Lost\""), "{message}");
+    // CSINodes: its own only.
+    let csi_nodes = "/apis/storage.k8s.io/v1/csinodes";
+    let csi_node = |n: &str| Some(json!({"metadata": {"name": n}, "spec": {"drivers": []}}));
+    let r = api
+        .call_as(Some(&n1), Method::POST, csi_nodes, csi_node("n2"))
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json()["message"],
+        "csinodes.storage.k8s.io \"n2\" is forbidden: can only access CSINode with the same name as the requesting node"
+    );
+    let r = api
+        .call_as(Some(&n1), Method::POST, csi_nodes, csi_node("n1"))
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CREATED,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    // Its taints are the administrators' and the controllers'.
+    let (code, body) = merge_patch_as(
+        &api,
+        &n1,
+        "/api/v1/nodes/n1",
+        json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}),
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    assert_eq!(
+        body["message"],
+        "nodes \"n1\" is forbidden: node \"n1\" is not allowed to modify taints"
     );
 }

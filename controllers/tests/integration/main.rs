@@ -5,9 +5,11 @@
 mod common;
 mod support;
 
+mod clientbuilder;
 mod clusterroleaggregation;
 mod controller_ref;
 mod cronjob;
+mod csrapproving;
 mod daemonset;
 mod deployment;
 mod disruption;
@@ -30,4 +32,5 @@ mod scheduler_pods;
 mod scheduler_volumes;
 mod serviceaccount;
 mod statefulset;
+mod tokencleaner;
 mod volume;

@@ -21,6 +21,9 @@ pub struct H2 {
     conns: Arc<Vec<SendRequest<Full<Bytes>>>>,
     next: Arc<AtomicUsize>,
     base: String,
+    /// `Authorization` of every request (a bearer token); none: the kubeconfig's client
+    /// certificate identifies the client.
+    authorization: Option<http::HeaderValue>,
 }
 
 pub async fn kube_config(kubeconfig: &Path) -> anyhow::Result<kube::Config> {
@@ -37,7 +40,13 @@ pub async fn tls_connections(
     kubeconfig: &Path,
     n: usize,
 ) -> anyhow::Result<(Vec<TlsStream<TcpStream>>, String)> {
-    let config = kube_config(kubeconfig).await?;
+    connect_tls(kube_config(kubeconfig).await?, n).await
+}
+
+async fn connect_tls(
+    config: kube::Config,
+    n: usize,
+) -> anyhow::Result<(Vec<TlsStream<TcpStream>>, String)> {
     let mut tls = config.rustls_client_config()?;
     tls.alpn_protocols = vec![b"h2".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
@@ -62,6 +71,28 @@ impl H2 {
     /// Opens `connections` HTTP/2 connections to the server of `kubeconfig`.
     pub async fn connect(kubeconfig: &Path, connections: usize) -> anyhow::Result<H2> {
         let (streams, base) = tls_connections(kubeconfig, connections).await?;
+        Self::handshake(streams, base, None).await
+    }
+
+    /// Opens `connections` HTTP/2 connections to the server of `kubeconfig` (its CA only,
+    /// no client certificate) whose requests carry `token` as their bearer token.
+    pub async fn connect_with_token(
+        kubeconfig: &Path,
+        token: &str,
+        connections: usize,
+    ) -> anyhow::Result<H2> {
+        let mut config = kube_config(kubeconfig).await?;
+        config.auth_info = Default::default();
+        let (streams, base) = connect_tls(config, connections).await?;
+        let bearer = http::HeaderValue::from_str(&format!("Bearer {token}"))?;
+        Self::handshake(streams, base, Some(bearer)).await
+    }
+
+    async fn handshake(
+        streams: Vec<TlsStream<TcpStream>>,
+        base: String,
+        authorization: Option<http::HeaderValue>,
+    ) -> anyhow::Result<H2> {
         let mut conns = Vec::new();
         for stream in streams {
             let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
@@ -78,6 +109,7 @@ impl H2 {
             conns: Arc::new(conns),
             next: Arc::new(AtomicUsize::new(0)),
             base,
+            authorization,
         })
     }
 
@@ -103,12 +135,15 @@ impl H2 {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let mut send = self.conns[i].clone();
         send.ready().await?;
-        let req = Request::builder()
+        let mut req = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header(http::header::ACCEPT, "application/json")
-            .header(http::header::CONTENT_TYPE, content_type)
-            .body(Full::new(body))?;
+            .header(http::header::CONTENT_TYPE, content_type);
+        if let Some(auth) = &self.authorization {
+            req = req.header(http::header::AUTHORIZATION, auth.clone());
+        }
+        let req = req.body(Full::new(body))?;
         let resp = send.send_request(req).await?;
         let status = resp.status();
         let body = resp.into_body().collect().await?.to_bytes();

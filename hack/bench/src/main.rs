@@ -5,6 +5,7 @@
 //! `watchers` puts many watches of pods on one server while the pods churn.
 
 mod api;
+mod authz;
 mod functions;
 mod h2;
 mod hpa;
@@ -36,6 +37,9 @@ struct Cli {
 enum Command {
     /// API server: memory, create throughput, GET/LIST latency, watch delivery latency.
     Api(ApiArgs),
+    /// What authorization costs: creates and GETs by a ServiceAccount-token client with
+    /// `--authorization-mode=AlwaysAllow` against `Node,RBAC`.
+    Authz(authz::AuthzArgs),
     /// Pod startup latency on one node (create to Running, through a watch).
     Pods(pods::PodsArgs),
     /// Control-plane scale with hollow nodes: scheduling rate, time to Running, API latency, RSS.
@@ -113,6 +117,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Api(args) => api::run(args).await,
+            Command::Authz(args) => authz::run(args).await,
             Command::Pods(args) => pods::run(args).await,
             Command::Scale(args) => scale::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,

@@ -1,11 +1,14 @@
 //! The kubelet's HTTPS API (port 10250), as upstream's: container logs, exec, attach and
 //! port-forward (streamed from the runtime's streaming server), resource stats, health and the
-//! node's pods. Clients must present a certificate signed by the cluster CA, and only the API
-//! server (`kube-apiserver-kubelet-client`) and `system:masters` may use it.
+//! node's pods. Every request is authenticated (a client certificate of the cluster CA, else a
+//! bearer token the API server vouches for) and authorized by the API server on this node's
+//! `nodes` subresources, as upstream's kubelet in webhook mode: see [`auth`].
 
+pub mod auth;
 pub mod logs;
 pub mod metrics;
 pub mod proxy;
+pub mod serving_cert;
 pub mod stats;
 
 use std::net::SocketAddr;
@@ -14,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use bytes::Bytes;
@@ -35,39 +38,7 @@ use crate::pod::model::State as CState;
 use crate::pod::worker::Shared;
 use logs::LogOptions;
 
-/// The user a client certificate names: CN, and each O as a group.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    pub user: String,
-    pub groups: Vec<String>,
-}
-
-/// The API server's identity when it calls kubelets (upstream's
-/// `--kubelet-client-certificate` is issued for this user).
-pub const APISERVER_CLIENT: &str = "kube-apiserver-kubelet-client";
-
-impl Identity {
-    pub fn from_certificate(der: &[u8]) -> Option<Identity> {
-        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-        let subject = cert.subject();
-        let user = subject
-            .iter_common_name()
-            .next()?
-            .as_str()
-            .ok()?
-            .to_string();
-        let groups = subject
-            .iter_organization()
-            .filter_map(|o| o.as_str().ok().map(str::to_string))
-            .collect();
-        Some(Identity { user, groups })
-    }
-
-    /// Whether this user may use the kubelet's API.
-    pub fn allowed(&self) -> bool {
-        self.user == APISERVER_CLIENT || self.groups.iter().any(|g| g == "system:masters")
-    }
-}
+pub use auth::{AuthOptions, Identity, NodeAuth};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -92,21 +63,17 @@ pub fn tls_config(tls: &ServingTls) -> Result<rustls::ServerConfig, ServeError> 
     for cert in rustls_pemfile::certs(&mut tls.client_ca_pem.as_bytes()) {
         roots.add(cert.map_err(tls_error)?).map_err(tls_error)?;
     }
+    // A certificate is optional (bearer tokens authenticate too); one presented must chain to
+    // the CA, and a request with neither is refused by the filter with 401.
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
         .build()
         .map_err(tls_error)?;
-    let certs = rustls_pemfile::certs(&mut tls.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(tls_error)?;
-    let key = rustls_pemfile::private_key(&mut tls.key_pem.as_bytes())
-        .map_err(tls_error)?
-        .ok_or_else(|| tls_error("serving key missing"))?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(tls_error)?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .map_err(tls_error)?;
+        .with_cert_resolver(tls.cert.clone());
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -117,20 +84,31 @@ pub struct KubeletServer {
     cpu: Mutex<Option<stats::CpuSample>>,
     /// When this kubelet started serving, for `process_start_time_seconds`.
     started: jiff::Timestamp,
+    /// Who may call: asked of the API server through the kubelet's own client.
+    auth: Arc<NodeAuth>,
 }
 
 impl KubeletServer {
     pub fn new(shared: Arc<Shared>) -> Arc<Self> {
+        Self::with_auth(shared, AuthOptions::default())
+    }
+
+    /// A server whose answers from the API server are kept as `options` says.
+    pub fn with_auth(shared: Arc<Shared>, options: AuthOptions) -> Arc<Self> {
+        let auth = NodeAuth::new(shared.client.clone(), &shared.config.node_name, options);
         Arc::new(KubeletServer {
             shared,
             cpu: Mutex::new(None),
             started: jiff::Timestamp::now(),
+            auth: Arc::new(auth),
         })
     }
 }
 
-/// The kubelet's API, testable without sockets (requests need an `Identity` extension).
+/// The kubelet's API, testable without sockets: a verified client certificate is an
+/// [`Identity`] extension of the request.
 pub fn router(server: Arc<KubeletServer>) -> Router {
+    let auth = server.auth.clone();
     Router::new()
         .route("/healthz", get(healthz))
         .route("/pods", get(pods))
@@ -148,44 +126,8 @@ pub fn router(server: Arc<KubeletServer>) -> Router {
         .route("/metrics/cadvisor", get(metrics_cadvisor))
         .route("/metrics", get(metrics_kubelet))
         .fallback(|| async { text(StatusCode::NOT_FOUND, "404 page not found\n") })
-        .layer(middleware::from_fn(authorize))
+        .layer(middleware::from_fn_with_state(auth, auth::filter))
         .with_state(server)
-}
-
-/// Answers 403 to anyone but the API server and cluster admins, as upstream's authorizer
-/// would for users without `nodes/proxy` rights.
-async fn authorize(req: Request, next: Next) -> Response {
-    match req.extensions().get::<Identity>() {
-        Some(id) if id.allowed() => next.run(req).await,
-        Some(id) => {
-            let sub = req
-                .uri()
-                .path()
-                .trim_start_matches('/')
-                .split('/')
-                .next()
-                .unwrap_or("");
-            let subresource = match sub {
-                "stats" => "stats",
-                "metrics" => "metrics",
-                "pods" => "pods",
-                _ => "proxy",
-            };
-            text(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "Forbidden (user={}, verb={}, resource=nodes, subresource={subresource})",
-                    id.user,
-                    if req.method() == http::Method::GET {
-                        "get"
-                    } else {
-                        "create"
-                    }
-                ),
-            )
-        }
-        None => text(StatusCode::UNAUTHORIZED, "Unauthorized"),
-    }
 }
 
 /// Serves the router over TLS on `listener` until the process ends.
@@ -914,25 +856,6 @@ mod tests {
         };
         assert!(listed_again(list).await.is_err());
         assert_eq!(calls.get(), STATS_ATTEMPTS);
-    }
-
-    #[test]
-    fn identities() {
-        let apiserver = Identity {
-            user: APISERVER_CLIENT.into(),
-            groups: vec![],
-        };
-        assert!(apiserver.allowed());
-        let admin = Identity {
-            user: "minik8s-admin".into(),
-            groups: vec!["system:masters".into()],
-        };
-        assert!(admin.allowed());
-        let node = Identity {
-            user: "system:node:n1".into(),
-            groups: vec!["system:nodes".into()],
-        };
-        assert!(!node.allowed());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! large, have modules of their own.
 
 pub mod ephemeral;
+pub mod references;
 mod table;
 pub mod validation;
 
