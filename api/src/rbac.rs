@@ -143,7 +143,11 @@ pub fn subject_matches(
                 .as_deref()
                 .filter(|n| !n.is_empty())
                 .unwrap_or(binding_namespace);
-            service_account_user(ns, &subject.name) == user
+            // `system:serviceaccount:<ns>:<name>`, compared without building it.
+            user.strip_prefix("system:serviceaccount:")
+                .and_then(|rest| rest.strip_prefix(ns))
+                .and_then(|rest| rest.strip_prefix(':'))
+                == Some(subject.name.as_str())
         }
         _ => false,
     }

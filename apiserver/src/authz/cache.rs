@@ -3,7 +3,7 @@
 //! authorized without a store read. The server's own writes reach the cache through the
 //! same watch, a moment later, as upstream's informer-fed RBAC does.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use crate::storage::{DynStore, Event, ListOptions, StoreError};
 /// Objects under one key prefix, decoded, by key.
 pub struct ObjectCache<K> {
     prefix: String,
-    objects: RwLock<HashMap<String, Arc<K>>>,
+    objects: RwLock<BTreeMap<String, Arc<K>>>,
     synced: std::sync::atomic::AtomicBool,
 }
 
@@ -60,7 +60,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> ObjectCache<K> {
                 ..Default::default()
             })
             .await?;
-        let fresh: HashMap<String, Arc<K>> = list
+        let fresh: BTreeMap<String, Arc<K>> = list
             .kvs
             .iter()
             .filter_map(|kv| Some((kv.key.clone(), Arc::new(decode(&kv.value)?))))
@@ -106,12 +106,13 @@ impl<K: DeserializeOwned + Send + Sync + 'static> ObjectCache<K> {
     /// Every object whose key continues the prefix with `under` (`""`: all; `ns/`: one
     /// namespace's).
     pub fn under(&self, under: &str) -> Vec<Arc<K>> {
+        // Keys sorted: the ones under a prefix are one range.
         let start = format!("{}{under}", self.prefix);
         self.objects
             .read()
             .expect("authorization cache")
-            .iter()
-            .filter(|(k, _)| k.starts_with(&start))
+            .range(start.clone()..)
+            .take_while(|(k, _)| k.starts_with(&start))
             .map(|(_, v)| v.clone())
             .collect()
     }

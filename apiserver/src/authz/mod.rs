@@ -127,7 +127,12 @@ impl Authorizer {
         role: &k8s_openapi::api::rbac::v1::RoleRef,
         namespace: &str,
     ) -> Option<Vec<PolicyRule>> {
-        self.rbac.as_ref()?.find_role_rules(role, namespace)
+        Some(
+            self.rbac
+                .as_ref()?
+                .find_role_rules(role, namespace)?
+                .to_vec(),
+        )
     }
 
     pub fn allows(&self, a: &Attributes) -> bool {
@@ -158,7 +163,7 @@ impl Authorizer {
         };
         let is_node = node::node_of(&probe).is_some() && self.modes.contains(&Mode::Node);
         if is_node {
-            rules.extend(rbac.cluster_role_rules(node::NODE_ROLE));
+            rules.extend_from_slice(&rbac.cluster_role_rules(node::NODE_ROLE));
         }
         // A kubelet's graph grants more than rules can say.
         (rules, !is_node)

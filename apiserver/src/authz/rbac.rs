@@ -41,29 +41,27 @@ impl Rbac {
     }
 
     /// A ClusterRole's rules (none when it does not exist).
-    pub fn cluster_role_rules(&self, name: &str) -> Vec<PolicyRule> {
-        self.cluster_roles
-            .named(name)
-            .and_then(|r| r.rules.clone())
-            .unwrap_or_default()
+    pub fn cluster_role_rules(&self, name: &str) -> Rules {
+        Rules(self.cluster_roles.named(name).map(Of::Cluster))
     }
 
     /// The rules a role reference of a binding in `namespace` (`""`: cluster) grants.
-    pub fn role_rules(&self, role: &RoleRef, namespace: &str) -> Vec<PolicyRule> {
-        self.find_role_rules(role, namespace).unwrap_or_default()
+    pub fn role_rules(&self, role: &RoleRef, namespace: &str) -> Rules {
+        Rules(self.find_role(role, namespace))
     }
 
     /// [`Rbac::role_rules`], or `None` when the role does not exist.
-    pub fn find_role_rules(&self, role: &RoleRef, namespace: &str) -> Option<Vec<PolicyRule>> {
+    pub fn find_role_rules(&self, role: &RoleRef, namespace: &str) -> Option<Rules> {
+        self.find_role(role, namespace).map(|r| Rules(Some(r)))
+    }
+
+    fn find_role(&self, role: &RoleRef, namespace: &str) -> Option<Of> {
         match role.kind.as_str() {
-            "ClusterRole" => self
-                .cluster_roles
-                .named(&role.name)
-                .map(|r| r.rules.clone().unwrap_or_default()),
+            "ClusterRole" => self.cluster_roles.named(&role.name).map(Of::Cluster),
             "Role" if !namespace.is_empty() => self
                 .roles
                 .named(&format!("{namespace}/{}", role.name))
-                .map(|r| r.rules.clone().unwrap_or_default()),
+                .map(Of::Namespaced),
             _ => None,
         }
     }
@@ -119,5 +117,27 @@ impl Rbac {
             false
         });
         out
+    }
+}
+
+enum Of {
+    Cluster(Arc<ClusterRole>),
+    Namespaced(Arc<Role>),
+}
+
+/// A role's rules, borrowed from the cache's copy of the role: authorizing a request clones
+/// no rules.
+pub struct Rules(Option<Of>);
+
+impl std::ops::Deref for Rules {
+    type Target = [PolicyRule];
+
+    fn deref(&self) -> &[PolicyRule] {
+        let rules = match &self.0 {
+            Some(Of::Cluster(r)) => r.rules.as_deref(),
+            Some(Of::Namespaced(r)) => r.rules.as_deref(),
+            None => None,
+        };
+        rules.unwrap_or_default()
     }
 }
