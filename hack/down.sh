@@ -5,6 +5,8 @@ source "$(dirname "$0")/lib.sh"
 purge=0
 [[ "${1:-}" == "--purge" ]] && purge=1
 
+source "$REPO_ROOT/hack/monitoring.sh"
+monitoring_down
 if [[ -f "$DATA_DIR/server.pid" ]]; then
   stop_pidfile "$DATA_DIR/server.pid"
   log "stopped"

@@ -16,8 +16,20 @@ install_packages() {
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # Packages with a service (prometheus, containerd, etcd-server) would start it: the
+    # cluster runs its own copies, on ports of their own. Debian's policy-rc.d says no
+    # to every start while they install, unless the machine has a policy already.
+    local policy=/usr/sbin/policy-rc.d own_policy=0
+    if [[ ! -e "$policy" ]]; then
+      printf '#!/bin/sh\n# hack/lib.sh: no service starts while it installs packages\nexit 101\n' >"$policy"
+      chmod 755 "$policy"
+      own_policy=1
+    fi
     apt-get update -q || true
-    apt-get install -y -q --no-install-recommends "${missing[@]}"
+    local rc=0
+    apt-get install -y -q --no-install-recommends "${missing[@]}" || rc=$?
+    ((own_policy)) && rm -f "$policy"
+    return "$rc"
   fi
 }
 

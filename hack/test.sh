@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every test: first that this machine has no package a fresh one set up by hack/lib.sh would
 # lack, then unit and integration tests of the workspace (they start their own etcd and
-# servers), then the conformance suite against a fresh cluster from hack/up.sh, functions
-# across a restart of that cluster's server, then the cross-node checks on a 3-node
-# cluster, once per proxy mode, and storage on a 3-node cluster.
+# servers), then the conformance suite against a fresh cluster from hack/up.sh, the
+# dashboard in a headless browser against that cluster (screenshots in
+# target/dashboard-e2e), functions across a restart of that cluster's server, then the
+# cross-node checks on a 3-node cluster, once per proxy mode, storage on a 3-node cluster,
+# and Prometheus scraping a single-node cluster (hack/up.sh --monitoring).
 source "$(dirname "$0")/lib.sh"
 
 install_packages
@@ -28,6 +30,8 @@ export MINIK8S_DNS_RESOLV_CONF=/dev/null
 trap '"$REPO_ROOT/hack/down.sh" >/dev/null 2>&1; rm -rf "$MINIK8S_DATA_DIR"' EXIT
 "$REPO_ROOT/hack/up.sh"
 "$REPO_ROOT/hack/conformance.sh"
+log "the dashboard in headless Chromium, against the same cluster"
+"$REPO_ROOT/hack/e2e-dashboard.sh"
 log "functions across a restart of the server"
 "$REPO_ROOT/hack/e2e-functions.sh"
 # One cluster at a time: the multi-node cluster's host node uses the same pod range.
@@ -38,3 +42,5 @@ log "the same with every proxier in nftables mode"
 MINIK8S_PROXY_MODE=nftables "$REPO_ROOT/hack/e2e-net.sh"
 log "storage across nodes and a StatefulSet across a kill -9 of the server, on a 3-node cluster"
 "$REPO_ROOT/hack/e2e-storage.sh"
+log "monitoring: Prometheus from hack/up.sh --monitoring scrapes every target"
+MINIK8S_IMAGES_DIR="$MINIK8S_DATA_DIR/images" "$REPO_ROOT/hack/e2e-monitoring.sh"

@@ -2,15 +2,18 @@
 # Brings up an all-in-one minik8s cluster in the background and points kubectl at it.
 # Data lives in $MINIK8S_DATA_DIR (default /var/lib/minik8s); running it again restarts the
 # cluster on the same data. `--nodes N` (N >= 2) adds N-1 worker nodes, each in a network
-# namespace of its own (see hack/multinode.sh).
+# namespace of its own (see hack/multinode.sh). `--monitoring` also starts Prometheus,
+# scraping the cluster (see hack/monitoring.sh).
 source "$(dirname "$0")/lib.sh"
 
 NODES=1
+MONITORING=0
 while (($#)); do
   case "$1" in
     --nodes) NODES="$2"; shift 2 ;;
     --nodes=*) NODES="${1#*=}"; shift ;;
-    *) log "unknown argument $1 (usage: hack/up.sh [--nodes N])"; exit 2 ;;
+    --monitoring) MONITORING=1; shift ;;
+    *) log "unknown argument $1 (usage: hack/up.sh [--nodes N] [--monitoring])"; exit 2 ;;
   esac
 done
 SERVER_EXTRA=()
@@ -83,6 +86,11 @@ if ! wait_for 30 test -f "$KCFG" ||
   exit 1
 fi
 
+if ((MONITORING)); then
+  source "$REPO_ROOT/hack/monitoring.sh"
+  monitoring_up "$PORT" "$KCFG" "$BIN"
+fi
+
 # Merge the admin context into ~/.kube/config (or $MINIK8S_MERGE_KUBECONFIG) and make it current.
 TARGET="${MINIK8S_MERGE_KUBECONFIG:-$HOME/.kube/config}"
 mkdir -p "$(dirname "$TARGET")"
@@ -93,4 +101,5 @@ install -m 600 "$merged" "$TARGET"
 rm -f "$merged"
 KUBECONFIG="$TARGET" kubectl config use-context minik8s >/dev/null
 log "cluster is up"
+((MONITORING)) && log "Prometheus: http://$MON_LISTEN"
 KUBECONFIG="$TARGET" kubectl get ns

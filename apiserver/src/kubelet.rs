@@ -266,7 +266,10 @@ impl KubeletClient {
         let mut r = Response::new(Body::empty());
         *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         *r.headers_mut() = resp.headers().clone();
+        // The request stays a long-running one in the metrics while its tunnel is open.
+        let held = req.extensions_mut().remove::<crate::metrics::LongRunning>();
         tokio::spawn(async move {
+            let _held = held;
             let (client, backend) = match tokio::join!(client_upgrade, backend_upgrade) {
                 (Ok(c), Ok(b)) => (c, b),
                 (c, b) => {

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod authz;
 pub mod builtin;
 pub mod crds;
+pub mod dashboard;
 pub mod handlers;
 pub mod kubelet;
 pub mod metrics;

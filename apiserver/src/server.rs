@@ -498,6 +498,8 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
     } else {
         Arc::new(EtcdStore::connect(&config.etcd_servers, metrics.store.clone()).await?)
     };
+    metrics.count_objects_in(store.clone());
+    let store = crate::storage::MeteredStore::wrap(store, metrics.store.clone());
     let store = match &config.encryption_provider_config {
         Some(path) => {
             let transformers = crate::storage::encryption::Transformers::load(path)?;

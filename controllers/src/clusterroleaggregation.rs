@@ -52,7 +52,7 @@ pub async fn run(informers: Arc<Informers>) {
         client,
         roles: roles.clone(),
     });
-    runtime::run(NAME, roles, queue, reconcile, ctx).await
+    runtime::run("ClusterRoleAggregator", roles, queue, reconcile, ctx).await
 }
 
 async fn reconcile(role: Arc<ClusterRole>, ctx: Arc<Ctx>) -> Result<Action, Error> {

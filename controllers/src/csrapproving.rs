@@ -249,7 +249,8 @@ pub async fn run(informers: Arc<Informers>) {
         nodes: nodes.store(),
         refused: Backoff::default(),
     });
-    runtime::run(NAME, csrs.store(), queue, reconcile, ctx).await
+    // Upstream's certificate controllers share one queue name.
+    runtime::run("certificate", csrs.store(), queue, reconcile, ctx).await
 }
 
 async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result<Action, Error> {

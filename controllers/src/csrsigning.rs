@@ -363,7 +363,8 @@ pub async fn run(informers: Arc<Informers>, options: SigningOptions) {
         client: informers.client(),
         options,
     });
-    runtime::run(NAME, csrs.store(), queue, reconcile, ctx).await
+    // Upstream's certificate controllers share one queue name.
+    runtime::run("certificate", csrs.store(), queue, reconcile, ctx).await
 }
 
 async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result<Action, Error> {

@@ -47,7 +47,7 @@ struct Ctx {
 /// Runs the controller until dropped.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let queue = KeyQueue::new();
+    let queue = KeyQueue::named("endpoint");
     let memberships = Arc::new(Memberships::default());
     let q = queue.clone();
     let (services, services_run) = reflect(informers.of::<Service>(), move |s: &Service, _| {

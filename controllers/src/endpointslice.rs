@@ -146,7 +146,7 @@ pub async fn run(informers: Arc<Informers>) {
 
 pub async fn run_with(informers: Arc<Informers>, config: Config) {
     let client = informers.client();
-    let queue = KeyQueue::new();
+    let queue = KeyQueue::named("endpoint_slice");
     let memberships = Arc::new(Memberships::default());
     let q = queue.clone();
     let (services, services_run) = reflect(informers.of::<Service>(), move |s: &Service, _| {

@@ -80,7 +80,7 @@ pub async fn run(informers: Arc<Informers>) {
         claims: claims.store(),
     });
     let queue = futures::stream::select(changed, deleted);
-    runtime::run(NAME, pods.store(), queue, reconcile, ctx).await
+    runtime::run("ephemeral_volume", pods.store(), queue, reconcile, ctx).await
 }
 
 /// The claim upstream makes for a generic ephemeral volume of `pod`.

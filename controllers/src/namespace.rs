@@ -10,18 +10,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy,
 };
 use kube::discovery::{Discovery, Scope, verbs};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 
 use crate::informers::Informers;
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 
 /// The finalizer this controller owns.
 pub const FINALIZER: &str = "kubernetes";
@@ -36,10 +36,8 @@ struct Ctx {
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
     let namespaces = informers.of::<Namespace>();
-    let (reconcile, error_policy) = Reconciler::new("namespace", reconcile).split();
     Controller::for_shared_stream(namespaces.touched(), namespaces.store().kube_store())
-        .run(reconcile, error_policy, Arc::new(Ctx { client }))
-        .for_each(|_| async {})
+        .run("namespace", reconcile, Arc::new(Ctx { client }))
         .await
 }
 

@@ -16,12 +16,13 @@ use crate::util::events::Recorder;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::informers::{Cache, Change, Informers};
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 
 /// Upstream records the IPAM events as the node controller.
 pub const REPORTER: &str = "node-controller";
@@ -235,10 +236,9 @@ pub async fn run(informers: Arc<Informers>, config: NodeIpamConfig) -> Result<()
             },
         ),
     });
-    let (reconcile, error_policy) = Reconciler::new("node-ipam-controller", reconcile_node).split();
+    // Upstream's range allocator's queue.
     controller
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
+        .run("cidrallocator_node", reconcile_node, ctx)
         .await;
     Ok(())
 }

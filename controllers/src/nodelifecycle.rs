@@ -15,14 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::util::events::Recorder;
-use futures::StreamExt;
 use futures::channel::mpsc;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -33,7 +32,8 @@ use crate::informers::{Index, Informers};
 use crate::util::taints::{self, NO_EXECUTE, NO_SCHEDULE};
 
 use crate::informers::Cache;
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 
 pub const REPORTER: &str = "node-controller";
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -130,13 +130,11 @@ pub async fn run(informers: Arc<Informers>, config: NodeLifecycleConfig) {
         all,
     });
     // Renewals reach the node of the same name, after the lease store has them.
-    let (reconcile, error_policy) = Reconciler::new("node-lifecycle-controller", reconcile).split();
     controller
         .watches_shared_stream(lease_stream, |lease: Arc<Lease>| {
             Some(ObjectRef::<Node>::new(&lease.name_any()))
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
+        .run("node_lifecycle_controller", reconcile, ctx)
         .await;
 }
 

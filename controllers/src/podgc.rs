@@ -12,12 +12,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use tracing::Instrument;
@@ -28,7 +27,8 @@ use crate::util::pods::is_terminal;
 use crate::util::taints::{self, OUT_OF_SERVICE};
 
 use crate::informers::Cache;
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 
 /// Flags named after kube-controller-manager's.
 #[derive(Clone, Debug)]
@@ -92,10 +92,10 @@ pub async fn run(informers: Arc<Informers>, config: PodGcConfig) {
         nodes,
         missing_since: Mutex::default(),
     });
-    let (reconcile, error_policy) = Reconciler::new("pod-garbage-collector", reconcile).split();
+    // Upstream's pod GC has no queue of pods (only one of nodes): this one is named after
+    // the controller.
     controller
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
+        .run("pod_garbage_collector", reconcile, ctx)
         .await;
 }
 

@@ -80,7 +80,7 @@ pub async fn run(informers: Arc<Informers>) {
         claims: claims.store(),
         rcs: rcs.store(),
     });
-    runtime::run(NAME, quotas.store(), queue, sync, ctx).await
+    runtime::run("resourcequota_primary", quotas.store(), queue, sync, ctx).await
 }
 
 fn namespaces_of<K: Resource + Send + Sync + 'static>(

@@ -11,14 +11,15 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::informers::Cache;
 use crate::informers::Informers;
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 
 pub const CONFIG_MAP: &str = "kube-root-ca.crt";
 pub const DATA_KEY: &str = "ca.crt";
@@ -43,21 +44,18 @@ pub async fn run(informers: Arc<Informers>, root_ca: String) {
     let changes = cm_informer
         .touched()
         .filter_map(|cm| async move { Some(ObjectRef::<Namespace>::new(&cm.namespace()?)) });
-    let (reconcile, error_policy) =
-        Reconciler::new("root-ca-certificate-publisher-controller", reconcile).split();
     let namespaces = informers.of::<Namespace>();
     Controller::for_shared_stream(namespaces.touched(), namespaces.store().kube_store())
         .reconcile_on(changes)
         .run(
+            "root_ca_cert_publisher",
             reconcile,
-            error_policy,
             Arc::new(Ctx {
                 client,
                 config_maps,
                 root_ca,
             }),
         )
-        .for_each(|_| async {})
         .await
 }
 

@@ -8,14 +8,15 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::informers::Cache;
 use crate::informers::{Change, Informers};
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 
 pub const DEFAULT: &str = "default";
 
@@ -37,11 +38,13 @@ pub async fn run(informers: Arc<Informers>) {
         matches!(change, Change::Deleted(_) | Change::Synced).then_some(())
     });
     let namespaces = informers.of::<Namespace>();
-    let (reconcile, error_policy) = Reconciler::new("serviceaccount", reconcile).split();
     Controller::for_shared_stream(namespaces.touched(), namespaces.store().kube_store())
         .reconcile_all_on(gone)
-        .run(reconcile, error_policy, Arc::new(Ctx { client, accounts }))
-        .for_each(|_| async {})
+        .run(
+            "serviceaccount",
+            reconcile,
+            Arc::new(Ctx { client, accounts }),
+        )
         .await
 }
 

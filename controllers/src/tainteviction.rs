@@ -17,7 +17,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
@@ -27,7 +27,8 @@ use crate::informers::Informers;
 use crate::util::taints::{self, NO_EXECUTE};
 
 use crate::informers::Cache;
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 
 pub const REPORTER: &str = "taint-eviction-controller";
 
@@ -75,11 +76,8 @@ pub async fn run(informers: Arc<Informers>) {
         ),
         scheduled: Mutex::default(),
     });
-    let (reconcile, error_policy) = Reconciler::new("taint-eviction-controller", reconcile).split();
-    controller
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
+    // Upstream's pod queue of the taint eviction controller.
+    controller.run("noexec_taint_pod", reconcile, ctx).await;
 }
 
 /// The NoExecute taints of the pod's node.

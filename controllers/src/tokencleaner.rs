@@ -33,7 +33,7 @@ pub async fn run(informers: Arc<Informers>) {
     let ctx = Arc::new(Ctx {
         client: informers.client(),
     });
-    runtime::run(NAME, secrets.store(), queue, reconcile, ctx).await
+    runtime::run("token_cleaner", secrets.store(), queue, reconcile, ctx).await
 }
 
 /// What to do with a Secret at `now`: `None` to delete it, else when to look again.

@@ -36,7 +36,7 @@ pub async fn run_with(informers: Arc<Informers>, clock: Arc<dyn Clock>) {
     let jobs = informers.of::<Job>();
     let queue = jobs.touched().map(|j| ObjectRef::from_obj(j.as_ref()));
     let ctx = Arc::new(Ctx { client, clock });
-    runtime::run("ttl-after-finished", jobs.store(), queue, reconcile, ctx).await
+    runtime::run("ttl_jobs_to_delete", jobs.store(), queue, reconcile, ctx).await
 }
 
 /// When a finished Job with a TTL expires; `None` for Jobs that are not to be cleaned up.

@@ -6,15 +6,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use minik8s_controllers::informers::{Cache, Informers};
 use minik8s_controllers::util::controller_ref::{controller_ref, is_controlled_by, owners_of};
-use minik8s_controllers::util::reconciler::{Error, Reconciler};
+use minik8s_controllers::util::reconciler::Error;
+use minik8s_controllers::util::runtime::Controller;
 
 use crate::conditions::{self, CONFIGURATION, READY};
 use crate::serving::{Configuration, Revision, labels};
@@ -141,13 +141,11 @@ pub async fn run(informers: Arc<Informers>) {
         revisions: revisions.store(),
     });
     let owners = configs.store().kube_store();
-    let (reconcile, error_policy) = Reconciler::new("knative-configuration", reconcile).split();
     Controller::for_shared_stream(configs.touched(), configs.store().kube_store())
         .watches_shared_stream(revisions.touched(), move |r: Arc<Revision>| {
             owners_of(&owners, r.as_ref(), |_: &Configuration| None)
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
+        .run("knative-configuration", reconcile, ctx)
         .await
 }
 

@@ -1,6 +1,7 @@
 //! Every node's function gateway: `/function/<name>[.<namespace>]` calls a Function over
 //! HTTP at the path the OpenFaaS gateway uses, `/async-function/...` queues the call and
-//! answers 202 at once, and `/_minik8s/stats` gives the autoscaler this node's counters.
+//! answers 202 at once, `/_minik8s/stats` gives the autoscaler this node's counters, and
+//! `/metrics` the functions' metrics under Knative's names ([`crate::metrics`]).
 //! Calls go through the same router as Knative hosts, so a Function scales, holds requests
 //! while it has no pod and splits traffic exactly as a Knative Service does.
 //! `/workflow/<name>[.<namespace>]` runs a Workflow of functions ([`workflow`]).
@@ -17,10 +18,13 @@ use hyper::body::Incoming;
 use minik8s_proxy::forward::{self, Body, Forwarder, RequestBody, plain};
 use tokio::net::TcpListener;
 
+use crate::metrics;
 use crate::router::Router;
 
 /// The path of the autoscaler's counters.
 pub const STATS_PATH: &str = "/_minik8s/stats";
+/// The path of the functions' Prometheus metrics ([`metrics`]).
+pub const METRICS_PATH: &str = "/metrics";
 /// On a request one node's router sends another's: `<namespace>/<revision>`, served from
 /// the receiving node's pods of that revision.
 pub const VIA_ROUTER: &str = "x-minik8s-revision";
@@ -95,6 +99,16 @@ impl Gateway {
         if target == STATS_PATH {
             let stats = serde_json::to_value(self.router.stats()).unwrap_or_default();
             return json(StatusCode::OK, &serde_json::json!({ "revisions": stats }));
+        }
+        if req.uri().path() == METRICS_PATH {
+            let mut r = Response::new(Either::Right(Full::new(Bytes::from(
+                metrics::metrics().encode(),
+            ))));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            return r;
         }
         // Another node's router sends a revision's request to this node's pods, whose
         // containerConcurrency this router holds.

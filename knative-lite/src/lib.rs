@@ -10,6 +10,7 @@ pub mod conditions;
 pub mod configuration;
 pub mod function;
 pub mod gateway;
+pub mod metrics;
 pub mod revision;
 pub mod route;
 pub mod router;

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, LifecycleHandler, Pod, PodTemplateSpec, Probe, SleepAction, TCPSocketAction,
@@ -15,12 +14,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use minik8s_controllers::informers::{Cache, Informers};
 use minik8s_controllers::util::controller_ref::{controller_ref, is_controlled_by, owners_of};
 use minik8s_controllers::util::pods as util_pods;
-use minik8s_controllers::util::reconciler::{Error, Reconciler};
+use minik8s_controllers::util::reconciler::Error;
+use minik8s_controllers::util::runtime::Controller;
 
 use crate::conditions::{self, REVISION};
 use crate::serving::{Revision, annotations, labels};
@@ -296,7 +296,6 @@ pub async fn run(informers: Arc<Informers>) {
         pods: pods.store(),
     });
     let owners = revisions.store().kube_store();
-    let (reconcile, error_policy) = Reconciler::new("knative-revision", reconcile).split();
     Controller::for_shared_stream(revisions.touched(), revisions.store().kube_store())
         .watches_shared_stream(deployments.touched(), move |d: Arc<Deployment>| {
             owners_of(&owners, d.as_ref(), |_: &Revision| None)
@@ -307,8 +306,7 @@ pub async fn run(informers: Arc<Informers>) {
                 .get(labels::REVISION)
                 .map(|r| ObjectRef::new(r).within(&ns))
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
+        .run("knative-revision", reconcile, ctx)
         .await
 }
 

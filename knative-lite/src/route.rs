@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use minik8s_controllers::informers::{Cache, Change, Informers};
-use minik8s_controllers::util::reconciler::{Error, Reconciler};
+use minik8s_controllers::util::reconciler::Error;
+use minik8s_controllers::util::runtime::Controller;
 
 use crate::conditions::{self, READY, ROUTE};
 use crate::serving::{Addressable, Configuration, Revision, Route, TrafficTarget, labels};
@@ -279,7 +280,6 @@ pub async fn run(informers: Arc<Informers>) {
         domain_config: domain.store(),
     });
     let (by_config, by_revision) = (routes.store(), routes.store());
-    let (reconcile, error_policy) = Reconciler::new("knative-route", reconcile).split();
     Controller::for_shared_stream(routes.touched(), routes.store().kube_store())
         .watches_shared_stream(configs.touched(), move |c: Arc<Configuration>| {
             let ns = c.namespace().unwrap_or_default();
@@ -291,8 +291,7 @@ pub async fn run(informers: Arc<Informers>) {
             routes_naming(&by_revision, &ns, config.as_deref(), Some(&r.name_any()))
         })
         .reconcile_all_on(domain_changed)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
+        .run("knative-route", reconcile, ctx)
         .await
 }
 

@@ -5,15 +5,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use minik8s_controllers::informers::{Cache, Informers};
 use minik8s_controllers::util::controller_ref::{controller_ref, is_controlled_by, owners_of};
-use minik8s_controllers::util::reconciler::{Error, Reconciler};
+use minik8s_controllers::util::reconciler::Error;
+use minik8s_controllers::util::runtime::Controller;
 
 use crate::conditions::{self, READY, SERVICE};
 use crate::serving::{
@@ -210,7 +210,6 @@ pub async fn run(informers: Arc<Informers>) {
         routes: routes.store(),
     });
     let (for_configs, for_routes) = (services.store().kube_store(), services.store().kube_store());
-    let (reconcile, error_policy) = Reconciler::new("knative-service", reconcile).split();
     Controller::for_shared_stream(services.touched(), services.store().kube_store())
         .watches_shared_stream(configs.touched(), move |c: Arc<Configuration>| {
             owners_of(&for_configs, c.as_ref(), |_: &Service| None)
@@ -218,8 +217,7 @@ pub async fn run(informers: Arc<Informers>) {
         .watches_shared_stream(routes.touched(), move |r: Arc<Route>| {
             owners_of(&for_routes, r.as_ref(), |_: &Service| None)
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
+        .run("knative-service", reconcile, ctx)
         .await
 }
 

@@ -103,9 +103,25 @@ pub fn remove(root: &Path, cgroup: &str) -> std::io::Result<()> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Usage {
     pub cpu_ns: u64,
+    /// CPU time in user and in kernel mode (`cpuacct.stat`, USER_HZ ticks), in nanoseconds.
+    pub cpu_user_ns: Option<u64>,
+    pub cpu_system_ns: Option<u64>,
     pub memory_usage: u64,
     pub working_set: u64,
     pub rss: Option<u64>,
+    /// Page cache.
+    pub cache: Option<u64>,
+}
+
+/// Nanoseconds in one USER_HZ tick (100 per second on Linux).
+const NS_PER_TICK: u64 = 10_000_000;
+
+/// `key value` lines (memory.stat, cpuacct.stat): the value of `name`.
+fn stat_field(stat: &str, name: &str) -> Option<u64> {
+    stat.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == name).then(|| v.trim().parse::<u64>().ok()).flatten()
+    })
 }
 
 /// Reads a cgroup's usage from the `cpuacct` and `memory` hierarchies under `root`; `None`
@@ -114,22 +130,22 @@ pub fn usage(root: &Path, cgroup: &str) -> Option<Usage> {
     let rel = cgroup.trim_start_matches('/');
     let number =
         |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
-    let cpu_ns = number(root.join("cpuacct").join(rel).join("cpuacct.usage"))?;
+    let cpuacct = root.join("cpuacct").join(rel);
+    let cpu_ns = number(cpuacct.join("cpuacct.usage"))?;
+    let cpu_stat = std::fs::read_to_string(cpuacct.join("cpuacct.stat")).unwrap_or_default();
     let memory = root.join("memory").join(rel);
     let memory_usage = number(memory.join("memory.usage_in_bytes"))?;
     let stat = std::fs::read_to_string(memory.join("memory.stat")).unwrap_or_default();
-    let field = |name: &str| {
-        stat.lines().find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == name).then(|| v.trim().parse::<u64>().ok()).flatten()
-        })
-    };
+    let field = |name: &str| stat_field(&stat, name);
     let inactive = field("total_inactive_file").unwrap_or(0);
     Some(Usage {
         cpu_ns,
+        cpu_user_ns: stat_field(&cpu_stat, "user").map(|t| t * NS_PER_TICK),
+        cpu_system_ns: stat_field(&cpu_stat, "system").map(|t| t * NS_PER_TICK),
         memory_usage,
         working_set: memory_usage.saturating_sub(inactive),
         rss: field("total_rss"),
+        cache: field("total_cache"),
     })
 }
 
@@ -154,8 +170,14 @@ mod tests {
             "cache 4096\nrss 100\ninactive_file 7\ntotal_rss 8388608\ntotal_inactive_file 2097152\n",
         )
         .unwrap();
+        std::fs::write(cpu.join("cpuacct.stat"), "user 120\nsystem 30\n").unwrap();
         let u = usage(root.path(), &format!("/{cg}")).unwrap();
         assert_eq!(u.cpu_ns, 1_500_000_000);
+        assert_eq!(
+            (u.cpu_user_ns, u.cpu_system_ns),
+            (Some(1_200_000_000), Some(300_000_000))
+        );
+        assert_eq!(u.cache, None);
         assert_eq!(u.memory_usage, 10 * 1024 * 1024);
         assert_eq!(u.working_set, 8 * 1024 * 1024);
         assert_eq!(u.rss, Some(8 * 1024 * 1024));

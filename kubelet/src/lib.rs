@@ -11,6 +11,7 @@ pub mod containerd;
 pub mod env;
 pub mod hollow;
 pub mod images;
+pub mod metrics;
 pub mod node;
 pub mod pod;
 pub mod probe;
@@ -140,6 +141,10 @@ pub async fn run_with(
         }
         _ => None,
     };
+    // Every CRI call is counted from here on, whoever makes it.
+    let metrics = Arc::new(metrics::KubeletMetrics::new(&config.node_name));
+    let runtime: Arc<dyn Runtime> =
+        Arc::new(runtime::Instrumented::new(runtime, metrics.runtime.clone()));
     let version = runtime.version().await?;
     tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, node = %config.node_name, "kubelet starting");
     let capacity = options
@@ -188,6 +193,7 @@ pub async fn run_with(
         node_cpu: capacity.cpus as f64,
         node_memory: capacity.memory_bytes as f64,
         memory: Mutex::new(Memory::default()),
+        metrics,
     });
     if let Some((listener, tls)) = api {
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API serving");

@@ -31,6 +31,9 @@ use testkit::{Backend, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+#[path = "server/metrics.rs"]
+mod metrics;
+
 struct Env {
     api: TestServer,
     client: kube::Client,
@@ -123,6 +126,11 @@ async fn start() -> Env {
         std::fs::create_dir_all(config.cgroups_path.join(controller)).unwrap();
     }
     let (wake, _) = tokio::sync::mpsc::unbounded_channel();
+    let metrics = Arc::new(minik8s_kubelet::metrics::KubeletMetrics::new("n1"));
+    let runtime = Arc::new(minik8s_kubelet::runtime::Instrumented::new(
+        fake.clone(),
+        metrics.runtime.clone(),
+    ));
     let shared = Arc::new(Shared {
         volumes: minik8s_kubelet::volumes::VolumeManager::new(
             dir.path().join("pods"),
@@ -132,7 +140,7 @@ async fn start() -> Env {
         wake,
         config,
         client: client.clone(),
-        runtime: fake.clone(),
+        runtime,
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -143,6 +151,7 @@ async fn start() -> Env {
         node_cpu: 2.0,
         node_memory: 8e9,
         memory: Mutex::new(Memory::default()),
+        metrics,
     });
     let serving = pki
         .issue(

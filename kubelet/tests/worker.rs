@@ -32,13 +32,19 @@ fn shared(api: &InProcess, fake: Arc<FakeRuntime>, dir: &std::path::Path) -> Sha
     config.cgroups_path = dir.join("cgroup");
     let client = api.client();
     let (wake, _) = tokio::sync::mpsc::unbounded_channel();
+    // As `run_with` does: the runtime's calls counted in the kubelet's metrics.
+    let metrics = Arc::new(minik8s_kubelet::metrics::KubeletMetrics::new("n1"));
+    let runtime = Arc::new(minik8s_kubelet::runtime::Instrumented::new(
+        fake,
+        metrics.runtime.clone(),
+    ));
     Shared {
         volumes: minik8s_kubelet::volumes::VolumeManager::new(dir.join("pods"), client.clone()),
         prober: Default::default(),
         wake,
         config,
         client: client.clone(),
-        runtime: fake,
+        runtime,
         recorder: Recorder::new(
             client,
             Reporter {
@@ -49,6 +55,7 @@ fn shared(api: &InProcess, fake: Arc<FakeRuntime>, dir: &std::path::Path) -> Sha
         node_cpu: 2.0,
         node_memory: 8e9,
         memory: Mutex::new(Memory::default()),
+        metrics,
     }
 }
 

@@ -19,6 +19,7 @@ use minik8s_controllers::hollow::HollowConfig;
 use minik8s_controllers::manager::ControllerManagerOptions;
 use minik8s_controllers::podautoscaler::{CalculatorConfig, HpaOptions};
 use minik8s_controllers::scheduler::{SchedulerOptions, ScoringStrategy};
+use minik8s_controllers::serving::{self, Component};
 use tower::ServiceExt;
 
 /// Flags of the controller-manager, named after kube-controller-manager's.
@@ -119,6 +120,129 @@ impl ControllerManagerArgs {
             ..Default::default()
         })
     }
+}
+
+/// Flags of a standalone component's secure port (`/metrics`, `/healthz`), named after
+/// upstream's.
+#[derive(Args, Clone, Debug)]
+pub struct SecureServingArgs {
+    /// The HTTPS port of `/metrics` and the health paths (0: not served) [default: 10257
+    /// for the controller-manager, 10259 for the scheduler].
+    #[arg(long)]
+    pub secure_port: Option<u16>,
+    /// The address the secure port listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: std::net::IpAddr,
+    /// The PEM serving certificate [default: a self-signed one made at start].
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The PEM key of `--tls-cert-file`.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The CA whose client certificates authenticate [default: the `client-ca-file` of
+    /// kube-system/extension-apiserver-authentication].
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Paths served without asking the API server (a trailing `*` matches the rest).
+    #[arg(long, value_delimiter = ',', default_value = "/healthz,/readyz,/livez")]
+    pub authorization_always_allow_paths: Vec<String>,
+}
+
+impl SecureServingArgs {
+    /// Serves `component`'s secure port until the process ends, judging requests through
+    /// `client` (the component's own); nothing when the port is 0.
+    pub async fn start(&self, component: Component, client: &kube::Client) -> anyhow::Result<()> {
+        let port = self.secure_port.unwrap_or(match component {
+            Component::ControllerManager => serving::CONTROLLER_MANAGER_PORT,
+            Component::Scheduler => serving::SCHEDULER_PORT,
+        });
+        if port == 0 {
+            return Ok(());
+        }
+        let cert = match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(cert), Some(key)) => serving::CertKey {
+                cert_pem: std::fs::read_to_string(cert)
+                    .with_context(|| format!("--tls-cert-file: reading {}", cert.display()))?,
+                key_pem: std::fs::read_to_string(key).with_context(|| {
+                    format!("--tls-private-key-file: reading {}", key.display())
+                })?,
+            },
+            _ => serving::self_signed(self.bind_address)?,
+        };
+        let client_ca = match &self.client_ca_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("--client-ca-file: reading {}", path.display()))?,
+            ),
+            None => serving::cluster_client_ca(client).await,
+        };
+        let tls = serving::tls_config(&cert, client_ca.as_deref())?;
+        let options = serving::AuthOptions {
+            always_allow_paths: self.authorization_always_allow_paths.clone(),
+            ..Default::default()
+        };
+        let address = std::net::SocketAddr::new(self.bind_address, port);
+        serving::start(
+            component,
+            address,
+            tls,
+            client.clone(),
+            options,
+            std::future::pending(),
+        )
+        .await
+        .with_context(|| format!("binding the secure port {address}"))?;
+        Ok(())
+    }
+}
+
+/// Serves the secure port of `component` in an all-in-one server: a certificate of the
+/// cluster CA, client certificates of the cluster CA, requests judged through `client`. A
+/// port already taken (another server on this machine) is left out with an error logged.
+pub async fn serve_in_process(
+    component: Component,
+    address: std::net::SocketAddr,
+    pki: &minik8s_apiserver::pki::Pki,
+    client: kube::Client,
+) -> anyhow::Result<()> {
+    if address.port() == 0 {
+        return Ok(());
+    }
+    let mut names = minik8s_apiserver::pki::ServingNames {
+        dns: vec!["localhost".into()],
+        ips: vec![std::net::IpAddr::from([127, 0, 0, 1])],
+    };
+    let host = minik8s_apiserver::server::hostname();
+    if !host.is_empty() && host != "localhost" {
+        names.dns.push(host);
+    }
+    for ip in minik8s_apiserver::server::local_addresses()
+        .into_iter()
+        .chain((!address.ip().is_unspecified()).then_some(address.ip()))
+    {
+        if !names.ips.contains(&ip) {
+            names.ips.push(ip);
+        }
+    }
+    let issued = pki.issue(component.name(), &[], &names, true)?;
+    let cert = serving::CertKey {
+        cert_pem: issued.cert_pem,
+        key_pem: issued.key_pem,
+    };
+    let tls = serving::tls_config(&cert, Some(&pki.ca.cert_pem))?;
+    if let Err(e) = serving::start(
+        component,
+        address,
+        tls,
+        client,
+        serving::AuthOptions::default(),
+        std::future::pending(),
+    )
+    .await
+    {
+        tracing::error!(component = component.name(), %address, error = %e, "the secure port is not served");
+    }
+    Ok(())
 }
 
 /// Flags of the scheduler that `server` shares.
@@ -327,9 +451,13 @@ async fn run_hollow_kubelets(
 pub async fn run_controller_manager(
     client: ClientArgs,
     args: ControllerManagerArgs,
+    serving: SecureServingArgs,
 ) -> anyhow::Result<()> {
     let config = client.config().await?;
     let manager = kube::Client::try_from(config.clone())?;
+    serving
+        .start(Component::ControllerManager, &manager)
+        .await?;
     let mut options = args.options()?;
     if args.use_service_account_credentials {
         let builder = DynamicClientBuilder::new(
@@ -356,8 +484,10 @@ pub async fn run_scheduler(
     client: ClientArgs,
     leader_elect: bool,
     args: SchedulerArgs,
+    serving: SecureServingArgs,
 ) -> anyhow::Result<()> {
     let client = client.client().await?;
+    serving.start(Component::Scheduler, &client).await?;
     minik8s_controllers::scheduler::run(
         minik8s_controllers::informers::Informers::new(client.clone()),
         client,

@@ -7,6 +7,7 @@ mod bootstrap;
 mod control;
 mod net;
 mod node;
+mod prometheus_sd;
 mod routes;
 mod token;
 
@@ -47,6 +48,8 @@ enum Command {
         client: control::ClientArgs,
         #[command(flatten)]
         args: control::ControllerManagerArgs,
+        #[command(flatten)]
+        serving: control::SecureServingArgs,
     },
     /// Run knative-lite's controllers (Knative Serving's API) against an API server.
     Knative {
@@ -65,6 +68,8 @@ enum Command {
         leader_elect: bool,
         #[command(flatten)]
         args: control::SchedulerArgs,
+        #[command(flatten)]
+        serving: control::SecureServingArgs,
     },
     /// Program this node's iptables for Services (kube-proxy, iptables mode).
     Proxy(net::ProxyArgs),
@@ -84,6 +89,9 @@ enum Command {
     /// Manage bootstrap tokens, with which nodes join (as `kubeadm token`).
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Serve Prometheus's Kubernetes service discovery over HTTP SD (for a Prometheus built
+    /// without `kubernetes_sd_configs`, as Debian's is).
+    PrometheusSd(prometheus_sd::Args),
 }
 
 #[derive(Args)]
@@ -240,6 +248,14 @@ struct ServerArgs {
     /// `server` only: do not run the controller-manager in this process.
     #[arg(long)]
     disable_controller_manager: bool,
+    /// `server` only: the controller-manager's HTTPS port of `/metrics` and the health
+    /// paths, on `--bind-address` (0: not served).
+    #[arg(long, default_value_t = minik8s_controllers::serving::CONTROLLER_MANAGER_PORT)]
+    controller_manager_secure_port: u16,
+    /// `server` only: the scheduler's HTTPS port of `/metrics` and the health paths, on
+    /// `--bind-address` (0: not served).
+    #[arg(long, default_value_t = minik8s_controllers::serving::SCHEDULER_PORT)]
+    scheduler_secure_port: u16,
     #[command(flatten)]
     controller_manager: control::ControllerManagerArgs,
     /// `server` only: do not run the scheduler in this process.
@@ -263,6 +279,9 @@ struct ServerArgs {
         default_value = "iptables"
     )]
     proxy_mode: net::ProxyMode,
+    /// `server` only: where the proxier beside the node agent serves its metrics and health.
+    #[command(flatten)]
+    proxy_endpoints: net::ProxyEndpointArgs,
     /// `server` only: do not serve cluster DNS beside the node agent.
     #[arg(long)]
     disable_dns: bool,
@@ -278,6 +297,14 @@ struct ServerArgs {
         default_value = "/etc/resolv.conf"
     )]
     dns_resolv_conf: PathBuf,
+    /// `server` only: where cluster DNS serves `/metrics`, plain HTTP, as CoreDNS's
+    /// `prometheus` plugin; empty: nowhere.
+    #[arg(
+        long,
+        env = "MINIK8S_DNS_METRICS_BIND_ADDRESS",
+        default_value = net::DEFAULT_DNS_METRICS
+    )]
+    dns_metrics_bind_address: net::Bind,
     /// `server` only: do not serve Ingresses beside the node agent.
     #[arg(long)]
     disable_ingress: bool,
@@ -450,6 +477,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
                 config,
                 Default::default(),
                 args.proxy_mode,
+                args.proxy_endpoints.endpoints(),
                 stopped(net_stopped.clone()),
             ));
             net_tasks.push(net::spawn_network_policy(
@@ -482,7 +510,12 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
         }
         if !args.disable_dns {
             let listen = net::dns_listen_address(&args.agent, args.dns_bind_address);
-            let config = net::dns_config(listen, &args.agent.cluster_domain, &args.dns_resolv_conf);
+            let config = net::dns_config(
+                listen,
+                &args.agent.cluster_domain,
+                &args.dns_resolv_conf,
+                args.dns_metrics_bind_address,
+            );
             if let Some(want) = net::kube_dns(&args.agent, listen) {
                 net_tasks.push(tokio::spawn(minik8s_proxy::dns::service::keep(
                     client(),
@@ -534,6 +567,30 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     }
     // The node agent's --cluster-cidr is the range the node IPAM controller splits.
     options.node_ipam.cluster_cidr = args.agent.cluster_cidr.clone();
+    if with_agent && !args.disable_controller_manager {
+        control::serve_in_process(
+            minik8s_controllers::serving::Component::ControllerManager,
+            std::net::SocketAddr::new(args.bind_address, args.controller_manager_secure_port),
+            &prepared.pki,
+            control::local_client(
+                minik8s_apiserver::router(prepared.server.clone()),
+                control::controller_manager_user(),
+            ),
+        )
+        .await?;
+    }
+    if with_agent && !args.disable_scheduler {
+        control::serve_in_process(
+            minik8s_controllers::serving::Component::Scheduler,
+            std::net::SocketAddr::new(args.bind_address, args.scheduler_secure_port),
+            &prepared.pki,
+            control::local_client(
+                minik8s_apiserver::router(prepared.server.clone()),
+                control::scheduler_user(),
+            ),
+        )
+        .await?;
+    }
     let controllers = (with_agent && !args.disable_controller_manager).then(|| {
         tokio::spawn(minik8s_controllers::manager::run(
             informers.clone(),
@@ -686,14 +743,17 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Server(args) => run_apiserver(args, true).await,
             Command::Apiserver(args) => run_apiserver(args, false).await,
-            Command::ControllerManager { client, args } => {
-                control::run_controller_manager(client, args).await
-            }
+            Command::ControllerManager {
+                client,
+                args,
+                serving,
+            } => control::run_controller_manager(client, args, serving).await,
             Command::Scheduler {
                 client,
                 leader_elect,
                 args,
-            } => control::run_scheduler(client, leader_elect, args).await,
+                serving,
+            } => control::run_scheduler(client, leader_elect, args, serving).await,
             Command::Knative {
                 client,
                 leader_elect,
@@ -709,6 +769,7 @@ fn main() -> anyhow::Result<()> {
             Command::Image(ImageCommand::Import(args)) => import_images(args).await,
             Command::Image(ImageCommand::Build(_)) => unreachable!("handled above"),
             Command::Token(command) => token::run(command).await,
+            Command::PrometheusSd(args) => prometheus_sd::run(args).await,
         }
     })
 }
@@ -716,6 +777,46 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secure_ports_of_the_controller_manager_and_the_scheduler() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let parse = |args: &[&str]| Cli::try_parse_from(args).expect("flags parse").command;
+        match parse(&["minik8s", "scheduler", "--secure-port", "0"]) {
+            Command::Scheduler { serving, .. } => {
+                assert_eq!(serving.secure_port, Some(0));
+                assert!(serving.bind_address.is_unspecified());
+                assert_eq!(
+                    serving.authorization_always_allow_paths,
+                    ["/healthz", "/readyz", "/livez"]
+                );
+            }
+            _ => unreachable!("a scheduler command"),
+        }
+        match parse(&[
+            "minik8s",
+            "controller-manager",
+            "--bind-address=127.0.0.1",
+            "--tls-cert-file=c.pem",
+            "--tls-private-key-file=k.pem",
+        ]) {
+            Command::ControllerManager { serving, .. } => {
+                assert_eq!(serving.secure_port, None);
+                assert_eq!(serving.tls_cert_file, Some(PathBuf::from("c.pem")));
+            }
+            _ => unreachable!("a controller-manager command"),
+        }
+        // A certificate needs its key.
+        assert!(Cli::try_parse_from(["minik8s", "scheduler", "--tls-cert-file=c.pem"]).is_err());
+        match parse(&["minik8s", "server", "--scheduler-secure-port=0"]) {
+            Command::Server(args) => {
+                assert_eq!(args.scheduler_secure_port, 0);
+                assert_eq!(args.controller_manager_secure_port, 10257);
+            }
+            _ => unreachable!("a server command"),
+        }
+    }
 
     fn server(args: &[&str]) -> minik8s_apiserver::Config {
         let argv = ["minik8s", "server"].iter().chain(args);

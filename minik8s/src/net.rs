@@ -14,6 +14,7 @@ use clap::Args;
 use minik8s_apiserver::auth::UserInfo;
 use minik8s_informers::Informers;
 use minik8s_proxy::iptables::{CommandIptables, Periods, ProxyConfig};
+use minik8s_proxy::metrics::{self, ProxyMetrics};
 
 use crate::control::ClientArgs;
 
@@ -52,6 +53,65 @@ pub struct ProxyArgs {
     /// (both modes), then exit.
     #[arg(long)]
     pub cleanup: bool,
+    /// Where `/metrics` is served, plain HTTP; empty: nowhere.
+    #[arg(long, default_value = DEFAULT_PROXY_METRICS)]
+    pub metrics_bind_address: Bind,
+    /// Where `/healthz` and `/livez` are served, plain HTTP; empty: nowhere.
+    #[arg(long, default_value = DEFAULT_PROXY_HEALTHZ)]
+    pub healthz_bind_address: Bind,
+}
+
+/// kube-proxy's default `--metrics-bind-address`: loopback only (in a worker node's network
+/// namespace, that namespace's loopback).
+pub const DEFAULT_PROXY_METRICS: &str = "127.0.0.1:10249";
+/// kube-proxy's default `--healthz-bind-address`.
+pub const DEFAULT_PROXY_HEALTHZ: &str = "0.0.0.0:10256";
+/// CoreDNS's metrics port (`prometheus :9153`), on loopback: cluster DNS answers on the
+/// node's address, its metrics need not.
+pub const DEFAULT_DNS_METRICS: &str = "127.0.0.1:9153";
+
+/// An `ip:port` to listen on, or empty for nowhere (kube-proxy's "set empty to disable").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bind(pub Option<SocketAddr>);
+
+impl std::str::FromStr for Bind {
+    type Err = std::net::AddrParseError;
+
+    fn from_str(s: &str) -> Result<Bind, Self::Err> {
+        match s.trim() {
+            "" => Ok(Bind(None)),
+            addr => addr.parse().map(|a| Bind(Some(a))),
+        }
+    }
+}
+
+/// Where the proxier beside the node agent serves its metrics and health (`server`, `node`).
+#[derive(Args, Clone, Debug)]
+pub struct ProxyEndpointArgs {
+    /// Where the proxier serves `/metrics`, plain HTTP (kube-proxy's `--metrics-bind-address`);
+    /// empty: nowhere.
+    #[arg(long, env = "MINIK8S_PROXY_METRICS_BIND_ADDRESS", default_value = DEFAULT_PROXY_METRICS)]
+    pub proxy_metrics_bind_address: Bind,
+    /// Where the proxier serves `/healthz` and `/livez` (kube-proxy's
+    /// `--healthz-bind-address`); empty: nowhere.
+    #[arg(long, env = "MINIK8S_PROXY_HEALTHZ_BIND_ADDRESS", default_value = DEFAULT_PROXY_HEALTHZ)]
+    pub proxy_healthz_bind_address: Bind,
+}
+
+impl ProxyEndpointArgs {
+    pub fn endpoints(&self) -> ProxyEndpoints {
+        ProxyEndpoints {
+            metrics: self.proxy_metrics_bind_address.0,
+            healthz: self.proxy_healthz_bind_address.0,
+        }
+    }
+}
+
+/// Where a proxier's plain-HTTP endpoints listen.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProxyEndpoints {
+    pub metrics: Option<SocketAddr>,
+    pub healthz: Option<SocketAddr>,
 }
 
 /// Flags of the cluster DNS server.
@@ -67,6 +127,10 @@ pub struct DnsArgs {
     /// Other names are forwarded to this file's nameservers.
     #[arg(long, default_value = "/etc/resolv.conf")]
     pub resolv_conf: PathBuf,
+    /// Where `/metrics` is served, plain HTTP, as CoreDNS's `prometheus` plugin; empty:
+    /// nowhere.
+    #[arg(long, default_value = DEFAULT_DNS_METRICS)]
+    pub metrics_bind_address: Bind,
 }
 
 /// Flags of the Ingress proxy.
@@ -100,15 +164,40 @@ pub fn spawn_proxier(
     config: ProxyConfig,
     periods: Periods,
     mode: ProxyMode,
+    endpoints: ProxyEndpoints,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     enable_route_localnet();
     let caches = minik8s_proxy::cache::Caches::from_informers(informers);
+    let metrics = serve_proxy_endpoints(mode, periods, endpoints);
     tokio::spawn(async move {
-        if let Err(e) = run_proxier(caches, config, periods, mode, shutdown).await {
+        if let Err(e) = run_proxier(caches, config, periods, mode, metrics, shutdown).await {
             tracing::error!(error = %e, "proxier stopped");
         }
     })
+}
+
+/// The proxier's metrics, served (with its health) where `endpoints` say, in the background.
+/// As kube-proxy's, the proxier is unhealthy once a change waited twice its sync period.
+fn serve_proxy_endpoints(
+    mode: ProxyMode,
+    periods: Periods,
+    endpoints: ProxyEndpoints,
+) -> Arc<ProxyMetrics> {
+    let mode = match mode {
+        ProxyMode::Iptables => metrics::Mode::Iptables,
+        ProxyMode::Nftables => metrics::Mode::Nftables,
+    };
+    let proxy_metrics = Arc::new(ProxyMetrics::new(mode, 2 * periods.max));
+    for (addr, which) in [
+        (endpoints.metrics, metrics::Endpoints::Metrics),
+        (endpoints.healthz, metrics::Endpoints::Health),
+    ] {
+        if let Some(addr) = addr {
+            metrics::spawn_server(proxy_metrics.clone(), which, addr, std::future::pending());
+        }
+    }
+    proxy_metrics
 }
 
 /// Starts NetworkPolicy enforcement for the pods of `node` in the background, in the kernel
@@ -150,16 +239,17 @@ async fn run_proxier(
     config: ProxyConfig,
     periods: Periods,
     mode: ProxyMode,
+    metrics: Arc<ProxyMetrics>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), minik8s_proxy::iptables::Error> {
     match mode {
         ProxyMode::Iptables => {
             let ipt = Arc::new(CommandIptables::default());
-            minik8s_proxy::iptables::run(caches, config, ipt, periods, shutdown).await
+            minik8s_proxy::iptables::run(caches, config, ipt, periods, metrics, shutdown).await
         }
         ProxyMode::Nftables => {
             let nft = Arc::new(minik8s_proxy::nftables::CommandNft::default());
-            minik8s_proxy::nftables::run(caches, config, nft, periods, shutdown).await
+            minik8s_proxy::nftables::run(caches, config, nft, periods, metrics, shutdown).await
         }
     }
 }
@@ -187,21 +277,29 @@ pub async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     enable_route_localnet();
     let informers = Informers::new(client);
     let caches = minik8s_proxy::cache::Caches::from_informers(&informers);
+    let endpoints = ProxyEndpoints {
+        metrics: args.metrics_bind_address.0,
+        healthz: args.healthz_bind_address.0,
+    };
+    let metrics = serve_proxy_endpoints(args.proxy_mode, periods, endpoints);
     run_proxier(
         caches,
         config,
         periods,
         args.proxy_mode,
+        metrics,
         crate::shutdown_signal(),
     )
     .await?;
     Ok(())
 }
 
+/// Cluster DNS's configuration; `metrics` is where its `/metrics` is served.
 pub fn dns_config(
     bind: SocketAddr,
     domain: &str,
     resolv_conf: &std::path::Path,
+    metrics: Bind,
 ) -> minik8s_proxy::dns::DnsConfig {
     let upstreams = std::fs::read_to_string(resolv_conf)
         .map(|t| minik8s_proxy::dns::upstreams_from_resolv_conf(&t))
@@ -210,12 +308,18 @@ pub fn dns_config(
         bind,
         domain: domain.to_string(),
         upstreams,
+        metrics_bind: metrics.0,
     }
 }
 
 pub async fn run_dns(args: DnsArgs) -> anyhow::Result<()> {
     let client = args.client.client().await?;
-    let config = dns_config(args.bind, &args.cluster_domain, &args.resolv_conf);
+    let config = dns_config(
+        args.bind,
+        &args.cluster_domain,
+        &args.resolv_conf,
+        args.metrics_bind_address,
+    );
     let informers = Informers::new(client);
     minik8s_proxy::dns::run(&informers, config, crate::shutdown_signal()).await?;
     Ok(())
@@ -323,5 +427,29 @@ pub fn proxy_user() -> UserInfo {
         name: "system:kube-proxy".into(),
         uid: String::new(),
         groups: vec!["system:authenticated".into()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_addresses_parse_and_empty_is_nowhere() {
+        assert_eq!(
+            DEFAULT_PROXY_METRICS.parse::<Bind>().unwrap(),
+            Bind(Some("127.0.0.1:10249".parse().unwrap()))
+        );
+        assert_eq!("".parse::<Bind>().unwrap(), Bind(None));
+        assert_eq!(" ".parse::<Bind>().unwrap(), Bind(None));
+        assert!("10249".parse::<Bind>().is_err());
+        let args = <ProxyEndpointArgs as clap::FromArgMatches>::from_arg_matches(
+            &<ProxyEndpointArgs as clap::Args>::augment_args(clap::Command::new("t"))
+                .get_matches_from(["t", "--proxy-metrics-bind-address", "0.0.0.0:10249"]),
+        )
+        .unwrap();
+        let e = args.endpoints();
+        assert_eq!(e.metrics, Some("0.0.0.0:10249".parse().unwrap()));
+        assert_eq!(e.healthz, Some("0.0.0.0:10256".parse().unwrap()));
     }
 }

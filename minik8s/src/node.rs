@@ -67,6 +67,8 @@ pub struct NodeArgs {
         default_value = "iptables"
     )]
     pub proxy_mode: crate::net::ProxyMode,
+    #[command(flatten)]
+    pub proxy_endpoints: crate::net::ProxyEndpointArgs,
     /// Do not serve Ingresses on this node.
     #[arg(long)]
     pub disable_ingress: bool,
@@ -128,6 +130,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             config,
             Default::default(),
             args.proxy_mode,
+            args.proxy_endpoints.endpoints(),
             stopped(stop_rx.clone()),
         ));
         tasks.push(net::spawn_network_policy(

@@ -4,7 +4,6 @@
 //! counts requests in flight hands a guard that lives as long as the response body, so a
 //! streamed answer is counted until its last byte.
 
-use std::any::Any;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -19,8 +18,15 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
+/// What a caller keeps while its request is in flight: told the status the request was
+/// answered with (the backend's, or 502 when the backend failed), then dropped with the
+/// response body, so it can time the whole answer.
+pub trait InFlight: Send + Sync {
+    fn answered(&mut self, _status: StatusCode) {}
+}
+
 /// Held while a request is in flight; dropped with the response body.
-pub type Guard = Box<dyn Any + Send + Sync>;
+pub type Guard = Box<dyn InFlight>;
 
 /// A backend's response body with the caller's guard attached.
 pub struct Guarded {
@@ -129,15 +135,25 @@ impl Forwarder {
             headers.insert("x-forwarded-host", v);
         }
         headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+        let mut guard = guard;
+        let answered = |guard: &mut Option<Guard>, status| {
+            if let Some(g) = guard.as_mut() {
+                g.answered(status);
+            }
+        };
         match self.client.request(req).await {
-            Ok(resp) => resp.map(|inner| {
-                Either::Left(Guarded {
-                    inner,
-                    _guard: guard,
+            Ok(resp) => {
+                answered(&mut guard, resp.status());
+                resp.map(|inner| {
+                    Either::Left(Guarded {
+                        inner,
+                        _guard: guard,
+                    })
                 })
-            }),
+            }
             Err(e) => {
                 tracing::debug!(%endpoint, error = %e, "backend failed");
+                answered(&mut guard, StatusCode::BAD_GATEWAY);
                 plain(StatusCode::BAD_GATEWAY, "bad gateway")
             }
         }

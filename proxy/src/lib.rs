@@ -9,5 +9,6 @@ pub mod endpoints;
 pub mod forward;
 pub mod ingress;
 pub mod iptables;
+pub mod metrics;
 pub mod netpol;
 pub mod nftables;

@@ -111,7 +111,8 @@ async fn answers_over_udp_and_tcp_and_forwards_the_rest() -> anyhow::Result<()> 
     }))?;
     let (big, big_slice) = headless(100);
     let zone = Zone::build("cluster.local", &[web, big], &[big_slice]);
-    let (udp, tcp) = start(Server::new(zone, vec![fake_upstream().await?])).await?;
+    let server = Server::new(zone, vec![fake_upstream().await?]);
+    let (udp, tcp) = start(server.clone()).await?;
 
     let r = ask_udp(udp, &query("web.default.svc.cluster.local.", RecordType::A)).await?;
     assert_eq!(r.id(), 4242);
@@ -139,20 +140,81 @@ async fn answers_over_udp_and_tcp_and_forwards_the_rest() -> anyhow::Result<()> 
     assert!(r.truncated());
     let r = ask_tcp(tcp, &q).await?;
     assert_eq!(r.answers().len(), 100);
+
+    // Every query reported as CoreDNS reports it: by transport, family and type, and by
+    // response code and the plugin that answered.
+    let text = server.metrics().render();
+    let server = "server=\"dns://:53\",view=\"\",zone=\".\"";
+    for (series, want) in [
+        (
+            "coredns_dns_requests_total{family=\"1\",proto=\"udp\",server=\"dns://:53\",type=\"A\",view=\"\",zone=\".\"}",
+            4.0,
+        ),
+        (
+            "coredns_dns_requests_total{family=\"1\",proto=\"tcp\",server=\"dns://:53\",type=\"A\",view=\"\",zone=\".\"}",
+            2.0,
+        ),
+        (
+            &format!("coredns_dns_request_duration_seconds_count{{{server}}}"),
+            6.0,
+        ),
+        (
+            &format!(
+                "coredns_dns_responses_total{{plugin=\"kubernetes\",rcode=\"NOERROR\",{server}}}"
+            ),
+            4.0,
+        ),
+        (
+            &format!(
+                "coredns_dns_responses_total{{plugin=\"kubernetes\",rcode=\"NXDOMAIN\",{server}}}"
+            ),
+            1.0,
+        ),
+        (
+            &format!(
+                "coredns_dns_responses_total{{plugin=\"forward\",rcode=\"NOERROR\",{server}}}"
+            ),
+            1.0,
+        ),
+    ] {
+        assert_eq!(sample(&text, series), Some(want), "{series}\n{text}");
+    }
     Ok(())
+}
+
+/// The value of `series` in a text exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+/// `GET path` over plain HTTP/1.1, the body.
+async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let mut s = TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).await?;
+    anyhow::ensure!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    Ok(reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
 }
 
 #[tokio::test]
 async fn forwarding_to_a_dead_upstream_is_servfail() -> anyhow::Result<()> {
     // Nothing listens there: the query fails rather than hanging forever.
     let dead = UdpSocket::bind("127.0.0.1:0").await?.local_addr()?;
-    let (udp, _) = start(Server::new(
-        Zone::build("cluster.local", &[], &[]),
-        vec![dead],
-    ))
-    .await?;
+    let server = Server::new(Zone::build("cluster.local", &[], &[]), vec![dead]);
+    let (udp, _) = start(server.clone()).await?;
     let r = ask_udp(udp, &query("example.com.", RecordType::A)).await?;
     assert_eq!(r.response_code(), ResponseCode::ServFail);
+    // No plugin wrote it: CoreDNS's empty `plugin`.
+    let text = server.metrics().render();
+    let series = "coredns_dns_responses_total{plugin=\"\",rcode=\"SERVFAIL\",server=\"dns://:53\",view=\"\",zone=\".\"}";
+    assert_eq!(sample(&text, series), Some(1.0), "{text}");
     Ok(())
 }
 
@@ -161,10 +223,12 @@ async fn the_zone_follows_the_api() -> anyhow::Result<()> {
     let api = testkit::InProcess::start(testkit::Backend::Sqlite).await?;
     let client = api.client();
     let bind: SocketAddr = format!("127.0.0.1:{}", testkit::free_port()).parse()?;
+    let metrics: SocketAddr = format!("127.0.0.1:{}", testkit::free_port()).parse()?;
     let config = DnsConfig {
         bind,
         domain: "cluster.local".into(),
         upstreams: vec![],
+        metrics_bind: Some(metrics),
     };
     let informers = minik8s_informers::Informers::new(client.clone());
     tokio::spawn(async move {
@@ -199,6 +263,25 @@ async fn the_zone_follows_the_api() -> anyhow::Result<()> {
         (ips(&r) == ["10.244.0.7"]).then_some(())
     })
     .await;
+
+    // Served as CoreDNS's prometheus plugin serves them: one more query moves the request
+    // counter and the duration histogram by one.
+    let requests = format!(
+        "coredns_dns_requests_total{{family=\"1\",proto=\"udp\",server=\"dns://{bind}\",type=\"A\",view=\"\",zone=\".\"}}"
+    );
+    let durations = format!(
+        "coredns_dns_request_duration_seconds_count{{server=\"dns://{bind}\",view=\"\",zone=\".\"}}"
+    );
+    let before = http_get(metrics, "/metrics").await?;
+    ask_udp(bind, &q).await?;
+    let after = http_get(metrics, "/metrics").await?;
+    for series in [&requests, &durations] {
+        let (b, a) = (sample(&before, series), sample(&after, series));
+        assert!(
+            b.is_some_and(|b| a == Some(b + 1.0)),
+            "{series}: {b:?} -> {a:?}\n{after}"
+        );
+    }
 
     services.delete("db", &DeleteParams::default()).await?;
     let q = query("db.default.svc.cluster.local.", RecordType::A);

@@ -1,7 +1,8 @@
 //! What requests go through before their handler, as tower layers of the router, so each
 //! cross-cutting concern is written once and the handlers only serve: authentication (and
 //! impersonation) for every path; for `/api` and `/apis`, the parsed request target
-//! (upstream's WithRequestInfo), a tracing span with the request metrics, and the body limit.
+//! (upstream's WithRequestInfo), a tracing span with the request metrics, and the body limit;
+//! for every authenticated request, the count of requests in flight.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,6 +23,7 @@ use super::resource::Endpoint;
 use crate::auth::{
     Authenticator, ClientCertIdentity, Extra, UserExtra, UserInfo, impersonate, public,
 };
+use crate::metrics::{COMPONENT, LongRunning, RequestLabels, dry_run_label, is_mutating};
 use crate::server::ApiServer;
 
 /// Middleware: attaches a `UserInfo` (and its `UserExtra`) to the request or answers 401;
@@ -196,24 +198,130 @@ pub async fn request_info(
     next.run(req).await
 }
 
+/// Subresources upstream counts as `CONNECT` and serves as long-running requests.
+const CONNECT_SUBRESOURCES: &[&str] = &["log", "exec", "portforward", "attach", "proxy"];
+
+fn is_connect_subresource(r: &ResourceRequest) -> bool {
+    r.subresource
+        .as_deref()
+        .is_some_and(|s| CONNECT_SUBRESOURCES.contains(&s))
+}
+
+/// Upstream's long-running check (`BasicLongRunningRequestCheck`): watches and the
+/// streaming subresources, which are neither limited nor counted in flight.
+fn is_long_running(r: &ResourceRequest) -> bool {
+    r.verb == Verb::Watch || is_connect_subresource(r)
+}
+
+/// The labels upstream's request metrics give `r` (`cleanVerb`, `CleanScope`, `cleanDryRun`).
+fn request_labels(r: &ResourceRequest, req: &Request) -> RequestLabels {
+    let apply = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/apply-patch"));
+    let verb = if is_connect_subresource(r) {
+        "CONNECT"
+    } else {
+        match r.verb {
+            Verb::Get => "GET",
+            Verb::List => "LIST",
+            Verb::Watch => "WATCH",
+            Verb::Create => "POST",
+            Verb::Update => "PUT",
+            Verb::Patch if apply => "APPLY",
+            Verb::Patch => "PATCH",
+            Verb::Delete | Verb::DeleteCollection => "DELETE",
+        }
+    };
+    let scope = if r.name.is_some() || r.verb == Verb::Create {
+        "resource"
+    } else if r.namespace.is_some() {
+        "namespace"
+    } else {
+        "cluster"
+    };
+    RequestLabels {
+        verb,
+        dry_run: dry_run_label(req.uri().query()),
+        group: r.group.clone(),
+        version: r.version.clone(),
+        resource: r.resource.clone(),
+        subresource: r.subresource.clone().unwrap_or_default(),
+        scope,
+        component: COMPONENT,
+    }
+}
+
+/// Middleware: counts and times the requests of the health endpoints' roots (`/healthz`,
+/// `/livez`, `/readyz`) in the request metrics, as upstream instruments them: the path as
+/// the subresource, no component.
+pub async fn observe_health(
+    State(server): State<Arc<ApiServer>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let path = req.uri().path();
+    if !matches!(path, "/healthz" | "/livez" | "/readyz") {
+        return next.run(req).await;
+    }
+    let labels = RequestLabels {
+        verb: "GET",
+        subresource: path.to_string(),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    server
+        .metrics
+        .observe_request(&labels, resp.status().as_u16(), started.elapsed());
+    resp
+}
+
+/// Middleware: counts each authenticated request that is not long-running in
+/// `apiserver_current_inflight_requests` while it is served (upstream's maxinflight filter,
+/// after authentication), by whether it reads or writes.
+pub async fn inflight(State(server): State<Arc<ApiServer>>, req: Request, next: Next) -> Response {
+    let uri = req.uri();
+    let verb = match request::parse(req.method(), uri.path(), uri.query()) {
+        Some(Target::Resource(r)) if is_long_running(&r) => return next.run(req).await,
+        Some(Target::Resource(r)) => r.verb.as_str().to_string(),
+        _ => req.method().as_str().to_lowercase(),
+    };
+    let _counted = server.metrics.inflight.start(is_mutating(&verb));
+    next.run(req).await
+}
+
 /// Middleware: a tracing span around each request to a served resource, which is counted in
-/// `apiserver_request_total` and timed in `apiserver_request_duration_seconds` (connect
-/// requests, which last as long as their streams, are counted only). A watch that starts is
-/// counted in `apiserver_registered_watchers` for as long as its stream lives.
-pub async fn observe(State(server): State<Arc<ApiServer>>, req: Request, next: Next) -> Response {
+/// `apiserver_request_total` and timed in `apiserver_request_duration_seconds` with
+/// upstream's labels. A long-running request (a watch, logs, exec, attach, port-forward,
+/// proxy) is counted in `apiserver_longrunning_requests` for as long as its stream (or its
+/// upgraded connection) lives, and counted and timed when it ends, as upstream records it
+/// when its handler returns; the events a watch sends are counted in
+/// `apiserver_watch_events_total`.
+pub async fn observe(
+    State(server): State<Arc<ApiServer>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let Some(r) = served(&req) else {
         return next.run(req).await;
     };
     let started = Instant::now();
     let verb = r.verb.clone();
-    let resource = r.resource.clone();
-    let subresource = r.subresource.clone().unwrap_or_default();
-    let timed = !connect::is_connect(r);
+    let labels = request_labels(r, &req);
+    let watched_kind = req
+        .extensions()
+        .get::<RequestInfo>()
+        .and_then(|i| i.endpoint.as_ref())
+        .map(|e| e.info().kind.clone());
+    let long_running = is_long_running(r);
+    let connect = connect::is_connect(r);
     let span = tracing::info_span!(
         "request",
         verb = verb.as_str(),
-        resource = %resource,
-        subresource = %subresource,
+        resource = %labels.resource,
+        subresource = %labels.subresource,
         namespace = r.namespace.as_deref().unwrap_or(""),
         name = r.name.as_deref().unwrap_or(""),
     );
@@ -221,7 +329,7 @@ pub async fn observe(State(server): State<Arc<ApiServer>>, req: Request, next: N
     let writes = matches!(
         verb,
         Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection
-    ) || !timed;
+    ) || connect;
     let caller = req
         .extensions()
         .get::<UserInfo>()
@@ -235,6 +343,11 @@ pub async fn observe(State(server): State<Arc<ApiServer>>, req: Request, next: N
                 .unwrap_or_default(),
             warnings: Default::default(),
         });
+    let hold =
+        long_running.then(|| LongRunning::start(server.metrics.clone(), labels.clone(), started));
+    if let Some(hold) = &hold {
+        req.extensions_mut().insert(hold.clone());
+    }
     let run = next.run(req).instrument(span.clone());
     let resp = match caller {
         Some(caller) => {
@@ -245,40 +358,57 @@ pub async fn observe(State(server): State<Arc<ApiServer>>, req: Request, next: N
         }
         None => run.await,
     };
-    let code = resp.status().as_u16().to_string();
-    server
-        .metrics
-        .requests
-        .with_label_values(&[verb.as_str(), &resource, &subresource, &code])
-        .inc();
-    if timed {
+    let code = resp.status().as_u16();
+    span.in_scope(|| {
+        tracing::debug!(
+            code,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "served"
+        )
+    });
+    let Some(hold) = hold else {
         server
             .metrics
-            .request_duration
-            .with_label_values(&[verb.as_str(), &resource, &subresource])
-            .observe(started.elapsed().as_secs_f64());
-    }
-    span.in_scope(|| tracing::debug!(code = %code, elapsed_ms = started.elapsed().as_millis() as u64, "served"));
-    if verb == Verb::Watch && resp.status() == StatusCode::OK {
-        return count_watch(&server, &resource, resp);
-    }
-    resp
+            .observe_request(&labels, code, started.elapsed());
+        return resp;
+    };
+    hold.answered(code);
+    let events = match (
+        &watched_kind,
+        verb == Verb::Watch && resp.status() == StatusCode::OK,
+    ) {
+        (Some(kind), true) => Some(WatchEvents {
+            count: server.metrics.watch_events.with_label_values(&[
+                &labels.group,
+                &labels.version,
+                kind,
+            ]),
+            sizes: server.metrics.watch_event_sizes.with_label_values(&[
+                &labels.group,
+                &labels.version,
+                kind,
+            ]),
+        }),
+        _ => None,
+    };
+    held_until_sent(resp, hold, events)
 }
 
-/// Keeps the open-watch gauge true for as long as the stream body lives.
-fn count_watch(server: &ApiServer, resource: &str, resp: Response) -> Response {
-    struct Open(prometheus::IntGauge);
-    impl Drop for Open {
-        fn drop(&mut self) {
-            self.0.dec();
-        }
-    }
-    let gauge = server.metrics.watches.with_label_values(&[resource]);
-    gauge.inc();
-    let open = Open(gauge);
+/// A watch's event counters: each frame of its body is one event.
+struct WatchEvents {
+    count: prometheus::IntCounter,
+    sizes: prometheus::Histogram,
+}
+
+/// Keeps `hold` for as long as the response body streams, counting watch events on the way.
+fn held_until_sent(resp: Response, hold: LongRunning, events: Option<WatchEvents>) -> Response {
     let (parts, body) = resp.into_parts();
     let stream = body.into_data_stream().map(move |chunk| {
-        let _keep = &open;
+        let _keep = &hold;
+        if let (Some(events), Ok(bytes)) = (&events, &chunk) {
+            events.count.inc();
+            events.sizes.observe(bytes.len() as f64);
+        }
         chunk
     });
     Response::from_parts(parts, Body::from_stream(stream))

@@ -58,7 +58,10 @@ pub fn router(server: Arc<ApiServer>) -> Router {
     // Upstream serves the discovery roots and /version with a trailing slash too (clients
     // such as kr8s and the Python client ask for `/api/`).
     Router::new()
-        .merge(health::routes())
+        .merge(health::routes().layer(middleware::from_fn_with_state(
+            server.clone(),
+            layers::observe_health,
+        )))
         .merge(openid::routes())
         .route("/version", get(version))
         .route("/version/", get(version))
@@ -77,6 +80,11 @@ pub fn router(server: Arc<ApiServer>) -> Router {
             server.clone(),
             layers::authorize,
         ))
+        // Counted in flight once authenticated, as upstream's maxinflight filter.
+        .layer(middleware::from_fn_with_state(
+            server.clone(),
+            layers::inflight,
+        ))
         // Audited once the user is known, before authorization (which annotates the event).
         .layer(middleware::from_fn_with_state(
             server.clone(),
@@ -87,6 +95,8 @@ pub fn router(server: Arc<ApiServer>) -> Router {
             layers::authenticate,
         ))
         .layer(middleware::from_fn(crate::audit::init))
+        // Static files that hold no data, served to anyone: see `dashboard`'s docs.
+        .merge(crate::dashboard::routes())
         .with_state(server)
 }
 
@@ -95,12 +105,36 @@ async fn version() -> Response {
 }
 
 async fn metrics(State(server): State<Arc<ApiServer>>) -> Response {
+    server
+        .metrics
+        .count_objects(&stored_resources(&server))
+        .await;
     let mut resp = server.metrics.render().into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     resp
+}
+
+/// The resources kept in the store, each once (its versions share the objects): upstream's
+/// group-resource (`apiserver_storage_objects`'s label) and the key root. Those without
+/// list and watch (reviews, bindings, metrics, component statuses) keep nothing.
+fn stored_resources(server: &ApiServer) -> Vec<(String, String)> {
+    let mut seen = std::collections::BTreeMap::new();
+    for info in server.resources() {
+        if !(info.has_verb("list") && info.has_verb("watch")) {
+            continue;
+        }
+        let label = match info.group.as_str() {
+            "" => info.plural.clone(),
+            group => format!("{}.{group}", info.plural),
+        };
+        seen.entry(info.key_root()).or_insert(label);
+    }
+    seen.into_iter()
+        .map(|(root, label)| (label, root))
+        .collect()
 }
 
 async fn not_found() -> Failure {

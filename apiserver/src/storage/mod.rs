@@ -7,9 +7,12 @@
 
 pub mod encryption;
 mod etcd;
+pub(crate) mod layout;
+mod metered;
 mod sqlite;
 
 pub use etcd::EtcdStore;
+pub use metered::MeteredStore;
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use std::pin::Pin;

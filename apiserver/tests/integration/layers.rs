@@ -8,7 +8,7 @@ use testkit::{Backend, InProcess};
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 const LIMIT: usize = 3 * 1024 * 1024;
 
-/// The value of the `apiserver_request_total` series with exactly these labels (0 when absent).
+/// The value of the `apiserver_request_total` series with these labels (0 when absent).
 async fn requests(s: &InProcess, verb: &str, resource: &str, subresource: &str, code: &str) -> u64 {
     let text = String::from_utf8(s.get("/metrics").await.body.to_vec()).unwrap();
     let labels = [
@@ -21,9 +21,8 @@ async fn requests(s: &InProcess, verb: &str, resource: &str, subresource: &str, 
         .filter_map(|l| l.strip_prefix("apiserver_request_total{"))
         .filter_map(|l| l.split_once("} "))
         .find(|(found, _)| {
-            let mut found: Vec<&str> = found.split(',').collect();
-            found.sort_unstable();
-            found == labels.iter().map(String::as_str).collect::<Vec<_>>()
+            let found: Vec<&str> = found.split(',').collect();
+            labels.iter().all(|l| found.contains(&l.as_str()))
         })
         .map_or(0, |(_, value)| value.parse().unwrap())
 }
@@ -71,30 +70,30 @@ async fn a_body_over_the_limit_is_refused_with_a_status() {
 #[tokio::test]
 async fn requests_are_counted_by_verb_resource_subresource_and_code() {
     let s = InProcess::start(Backend::Sqlite).await.unwrap();
-    let before = requests(&s, "list", "configmaps", "", "200").await;
+    let before = requests(&s, "LIST", "configmaps", "", "200").await;
     assert_eq!(s.get(CMS).await.status, StatusCode::OK);
     assert_eq!(
-        requests(&s, "list", "configmaps", "", "200").await,
+        requests(&s, "LIST", "configmaps", "", "200").await,
         before + 1
     );
     assert_eq!(
         s.get(&format!("{CMS}/nope")).await.status,
         StatusCode::NOT_FOUND
     );
-    assert_eq!(requests(&s, "get", "configmaps", "", "404").await, 1);
+    assert_eq!(requests(&s, "GET", "configmaps", "", "404").await, 1);
     let r = s.get("/api/v1/namespaces/default/pods/nope/status").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    assert_eq!(requests(&s, "get", "pods", "status", "404").await, 1);
+    assert_eq!(requests(&s, "GET", "pods", "status", "404").await, 1);
     // A body over the limit is counted with its 413, as upstream counts it.
     let huge = json!({"metadata": {"name": "huge"}, "data": {"k": "x".repeat(LIMIT)}});
     s.post(CMS, huge).await;
-    assert_eq!(requests(&s, "create", "configmaps", "", "413").await, 1);
+    assert_eq!(requests(&s, "POST", "configmaps", "", "413").await, 1);
     // Paths that name no served resource, and discovery, are not counted.
     assert_eq!(
         s.get("/api/v1/nosuchthings").await.status,
         StatusCode::NOT_FOUND
     );
-    assert_eq!(requests(&s, "list", "nosuchthings", "", "404").await, 0);
+    assert_eq!(requests(&s, "LIST", "nosuchthings", "", "404").await, 0);
     assert_eq!(s.get("/apis/apps/v1").await.status, StatusCode::OK);
     let text = String::from_utf8(s.get("/metrics").await.body.to_vec()).unwrap();
     assert!(!text.contains("nosuchthings"), "{text}");
@@ -103,7 +102,7 @@ async fn requests_are_counted_by_verb_resource_subresource_and_code() {
         text.lines().any(
             |l| l.starts_with("apiserver_request_duration_seconds_count{")
                 && l.contains("resource=\"configmaps\"")
-                && l.contains("verb=\"list\"")
+                && l.contains("verb=\"LIST\"")
         ),
         "{text}"
     );

@@ -25,7 +25,7 @@ use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
@@ -36,7 +36,7 @@ use crate::informers::{ByController, Change, Informers};
 use crate::util::controller_ref::{claim, controller_of, owners_of};
 use crate::util::events::record;
 pub(crate) use crate::util::reconciler::Error;
-use crate::util::reconciler::Reconciler;
+use crate::util::runtime::Controller;
 
 const REPORTER: &str = "deployment-controller";
 
@@ -78,7 +78,6 @@ pub async fn run(informers: Arc<Informers>) {
             },
         ),
     });
-    let (reconcile, error_policy) = Reconciler::new("deployment", sync_deployment).split();
     controller
         .watches_shared_stream(sets.touched(), move |rs: Arc<ReplicaSet>| {
             owners_of(&deployments, rs.as_ref(), |d: &Deployment| {
@@ -88,8 +87,7 @@ pub async fn run(informers: Arc<Informers>) {
         .watches_shared_stream(pod_deletions, move |pod: Arc<Pod>| {
             deployment_of_pod(&sets_for_pods, &pod)
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| future::ready(()))
+        .run("deployment", sync_deployment, ctx)
         .await;
 }
 

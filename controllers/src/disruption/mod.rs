@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
@@ -33,7 +33,8 @@ use minik8s_api::selector::{Selector, SelectorError};
 use crate::informers::{ByController, Cache, Change, Informer, Informers};
 use crate::util::events::{Recorder, record};
 use crate::util::pods::is_ready;
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 use finders::{ScaleReader, Workloads, expected_scale};
 use status::Observed;
 
@@ -121,10 +122,7 @@ pub async fn run(informers: Arc<Informers>) {
             },
         ),
     });
-    let (reconcile, error_policy) = Reconciler::new(NAME, sync).split();
-    let budgets_loop = controller
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {});
+    let budgets_loop = controller.run("disruption", sync, ctx);
     futures::join!(budgets_loop, stale::run(client, &pods));
 }
 

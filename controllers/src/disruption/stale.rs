@@ -14,12 +14,13 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 
 use crate::informers::Informer;
 use crate::util::pods::is_terminal;
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 
 /// Upstream's `stalePodDisruptionTimeout`.
 pub const STALE_POD_DISRUPTION_TIMEOUT: SignedDuration = SignedDuration::from_secs(120);
@@ -83,11 +84,8 @@ pub async fn run(client: Client, pods: &Informer<Pod>) {
         .touched()
         .filter(|p| futures::future::ready(stale_after(p, Timestamp::now()).is_some()));
     let controller = Controller::for_shared_stream(candidates, pods.store().kube_store());
-    let (reconcile, error_policy) =
-        Reconciler::new("disruption-controller-stale-pods", reconcile).split();
     controller
-        .run(reconcile, error_policy, Arc::new(Ctx { client }))
-        .for_each(|_| async {})
+        .run("stale_pod_disruption", reconcile, Arc::new(Ctx { client }))
         .await;
 }
 

@@ -143,8 +143,8 @@ pub async fn run(client: Client) {
         client,
         graph: Mutex::default(),
         mapper: RwLock::default(),
-        attempt_to_delete: WorkQueue::default(),
-        attempt_to_orphan: WorkQueue::default(),
+        attempt_to_delete: WorkQueue::named("garbage_collector_attempt_to_delete"),
+        attempt_to_orphan: WorkQueue::named("garbage_collector_attempt_to_orphan"),
         unsynced: Mutex::new(None),
         ready,
     });

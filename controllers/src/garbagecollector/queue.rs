@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::util::workqueue::QueueMetrics;
+
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(60);
 
@@ -26,6 +28,8 @@ pub struct WorkQueue {
     tx: mpsc::UnboundedSender<String>,
     rx: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
     state: Arc<Mutex<State>>,
+    /// Upstream's `workqueue_*` series of the queue, when it has a name.
+    metrics: Option<Arc<QueueMetrics>>,
 }
 
 impl Default for WorkQueue {
@@ -35,18 +39,33 @@ impl Default for WorkQueue {
             tx,
             rx: Arc::new(tokio::sync::Mutex::new(rx)),
             state: Arc::default(),
+            metrics: None,
         }
     }
 }
 
 impl WorkQueue {
+    /// A queue with upstream's workqueue metrics under `name`.
+    pub fn named(name: &str) -> Self {
+        WorkQueue {
+            metrics: Some(QueueMetrics::new(name)),
+            ..Self::default()
+        }
+    }
+
     pub fn add(&self, uid: &str) {
         let mut s = self.state.lock().expect("queue lock");
-        if s.processing.contains(uid) {
-            s.dirty.insert(uid.to_string());
+        let added = if s.processing.contains(uid) {
+            s.dirty.insert(uid.to_string())
         } else if s.queued.insert(uid.to_string()) {
             // The receiver lives as long as the queue.
             let _ = self.tx.send(uid.to_string());
+            true
+        } else {
+            false
+        };
+        if let (true, Some(m)) = (added, &self.metrics) {
+            m.add(uid);
         }
     }
 
@@ -61,6 +80,9 @@ impl WorkQueue {
 
     /// Requeues a failed item after its own exponential backoff.
     pub fn add_rate_limited(&self, uid: &str) {
+        if let Some(m) = &self.metrics {
+            m.retry();
+        }
         let failures = {
             let mut s = self.state.lock().expect("queue lock");
             let n = s.failures.entry(uid.to_string()).or_default();
@@ -87,17 +109,21 @@ impl WorkQueue {
         let mut s = self.state.lock().expect("queue lock");
         s.queued.remove(&uid);
         s.processing.insert(uid.clone());
+        if let Some(m) = &self.metrics {
+            m.get(&uid);
+        }
         uid
     }
 
     pub fn done(&self, uid: &str) {
-        let again = {
-            let mut s = self.state.lock().expect("queue lock");
-            s.processing.remove(uid);
-            s.dirty.remove(uid)
-        };
-        if again {
-            self.add(uid);
+        if let Some(m) = &self.metrics {
+            m.done(uid);
+        }
+        let mut s = self.state.lock().expect("queue lock");
+        s.processing.remove(uid);
+        // Added while it was processed (and counted then): queued now.
+        if s.dirty.remove(uid) && s.queued.insert(uid.to_string()) {
+            let _ = self.tx.send(uid.to_string());
         }
     }
 }

@@ -156,7 +156,7 @@ pub async fn run_with(informers: Arc<Informers>, options: JobOptions) {
     );
     tokio::join!(
         runtime::run("job", jobs, queue, reconcile, ctx.clone()),
-        runtime::run("job-orphans", pods, orphans_rx, reconcile_orphan, ctx),
+        runtime::run("job_orphan_pod", pods, orphans_rx, reconcile_orphan, ctx),
     );
 }
 

@@ -115,7 +115,7 @@ pub async fn run_with(informers: Arc<Informers>, options: HpaOptions, clock: Arc
         futures::stream::iter(hpas.into_iter().map(|h| ObjectRef::from_obj(h.as_ref())))
     });
     runtime::run(
-        "horizontal-pod-autoscaler",
+        "horizontalpodautoscaler",
         hpas.store(),
         queue,
         sync::reconcile,

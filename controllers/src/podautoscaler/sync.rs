@@ -50,7 +50,7 @@ static RECONCILIATIONS: LazyLock<prometheus::IntCounterVec> = LazyLock::new(|| {
         &["action", "error"],
     )
     .expect("metric");
-    let _ = prometheus::default_registry().register(Box::new(c.clone()));
+    crate::metrics::register(crate::metrics::controller_manager(), &c);
     c
 });
 

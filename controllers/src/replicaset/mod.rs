@@ -21,14 +21,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::util::events::Recorder;
-use futures::{StreamExt, future};
+use futures::future;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use minik8s_api::selector::{Selector, SelectorError};
@@ -41,7 +41,8 @@ use crate::util::controller_ref::{claim, controller_of, controller_ref, owners_s
 use crate::util::events::record;
 use crate::util::expectations::{Expectations, observe_pods};
 use crate::util::pods::{is_active, is_available, is_ready, pod_from_template};
-use crate::util::reconciler::{Error, Reconciler};
+use crate::util::reconciler::Error;
+use crate::util::runtime::Controller;
 
 mod deletion;
 pub mod replication;
@@ -64,8 +65,10 @@ pub trait Replicated:
     + Sync
     + 'static
 {
-    /// The controller's name (its reconcile spans and upstream's `--controllers` name).
+    /// The controller's name (upstream's `--controllers` name).
     const NAME: &'static str;
+    /// The name of its work queue, as upstream names it.
+    const QUEUE: &'static str;
     /// The component its events are reported by.
     const REPORTER: &'static str;
 
@@ -82,6 +85,7 @@ pub trait Replicated:
 
 impl Replicated for ReplicaSet {
     const NAME: &'static str = "replicaset";
+    const QUEUE: &'static str = "replicaset";
     const REPORTER: &'static str = "replicaset-controller";
 
     fn selector(&self) -> Result<Selector, SelectorError> {
@@ -155,13 +159,11 @@ pub async fn run_for<K: Replicated>(informers: Arc<Informers>) {
             },
         ),
     });
-    let (reconcile, error_policy) = Reconciler::new(K::NAME, sync::<K>).split();
     controller
         .watches_shared_stream(pod_changes, move |pod: Arc<Pod>| {
             owners_selecting(&sets_cache, pod.as_ref(), |rs: &K| rs.selector().ok())
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| future::ready(()))
+        .run(K::QUEUE, sync::<K>, ctx)
         .await;
 }
 

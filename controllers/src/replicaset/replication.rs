@@ -31,6 +31,7 @@ pub async fn run(informers: Arc<Informers>) {
 
 impl Replicated for ReplicationController {
     const NAME: &'static str = NAME;
+    const QUEUE: &'static str = "replicationmanager";
     const REPORTER: &'static str = "replication-controller";
 
     fn selector(&self) -> Result<Selector, SelectorError> {

@@ -16,6 +16,7 @@ pub mod cache;
 pub mod filters;
 mod listers;
 pub mod load;
+pub mod metrics;
 pub mod pod_affinity;
 pub mod preemption;
 pub mod queue;
@@ -50,6 +51,7 @@ use crate::leader::{LeaderElectionConfig, run_while_leader};
 use crate::util::pods::is_terminal;
 use cache::{Cache, NodeState, PodInfo};
 use listers::Listers;
+use metrics::{AttemptResult, PendingPods};
 use queue::{QueuedPod, SchedulingQueue};
 pub use scoring::ScoringStrategy;
 
@@ -194,6 +196,10 @@ struct Scheduler {
     /// What binding tasks wait on for claims to be bound.
     bind_watch: Option<volume_binding::BindWatch>,
     bind_timeout: Duration,
+    /// Pods this scheduler would place but for their scheduling gates, by UID.
+    gated: HashSet<String>,
+    /// `scheduler_pending_pods` of this scheduler.
+    pending: Arc<PendingPods>,
 }
 
 impl Scheduler {
@@ -221,6 +227,8 @@ impl Scheduler {
             assumed_volumes: volume_binding::Assumed::default(),
             bind_watch: None,
             bind_timeout,
+            gated: HashSet::new(),
+            pending: PendingPods::register(),
         }
     }
 
@@ -314,6 +322,9 @@ impl Scheduler {
                 Step::Schedule => self.schedule_one(now),
                 Step::Stop => return,
             }
+            let (active, backoff, unschedulable) = self.queue.counts();
+            self.pending
+                .set(active, backoff, unschedulable, self.gated.len());
         }
     }
 
@@ -323,6 +334,7 @@ impl Scheduler {
             Change::Deleted(pod) => {
                 let uid = pod.uid().unwrap_or_default();
                 self.queue.remove(&uid);
+                self.gated.remove(&uid);
                 self.nominated.remove(&uid);
                 if self.cache.remove(&uid) {
                     self.queue.move_all_unschedulable(now);
@@ -346,6 +358,7 @@ impl Scheduler {
                         self.queue.remove(&uid);
                     }
                 }
+                self.gated.retain(|uid| seen.contains(uid));
                 if freed {
                     self.queue.move_all_unschedulable(now);
                 }
@@ -359,6 +372,7 @@ impl Scheduler {
         let uid = pod.uid().unwrap_or_default();
         if let Some(node) = assigned_node(&pod) {
             self.queue.remove(&uid);
+            self.gated.remove(&uid);
             self.nominated.remove(&uid);
             if is_terminal(&pod) {
                 // A finished pod frees its node.
@@ -386,11 +400,14 @@ impl Scheduler {
             .as_ref()
             .and_then(|s| s.scheduling_gates.as_ref())
             .is_some_and(|g| !g.is_empty());
-        if responsible(&pod)
-            && !gated
-            && pod.metadata.deletion_timestamp.is_none()
-            && !is_terminal(&pod)
-        {
+        let waiting =
+            responsible(&pod) && pod.metadata.deletion_timestamp.is_none() && !is_terminal(&pod);
+        if waiting && gated {
+            self.gated.insert(uid.clone());
+        } else {
+            self.gated.remove(&uid);
+        }
+        if waiting && !gated {
             self.queue.add_or_update(pod, now);
         } else {
             self.queue.remove(&uid);
@@ -586,15 +603,25 @@ impl Scheduler {
                             )
                             .await
                         {
+                            metrics::attempt(AttemptResult::Error, now.elapsed());
                             return Outcome::PreBindFailed { queued, message };
                         }
                         let permit = binds.acquire_owned().await;
-                        bind(client, recorder, queued, node, permit).await
+                        let outcome = bind(client, recorder, queued, node, permit).await;
+                        // Upstream's attempt ends with the binding cycle.
+                        let result = match &outcome {
+                            Outcome::Bound { .. } => AttemptResult::Scheduled,
+                            _ => AttemptResult::Error,
+                        };
+                        metrics::attempt(result, now.elapsed());
+                        outcome
                     }
                     .instrument(span.clone()),
                 );
             }
             Err(e) => {
+                // No node fits, or there are none: upstream's UnschedulableAndUnresolvable.
+                metrics::attempt(AttemptResult::Unschedulable, now.elapsed());
                 let mut message = e.to_string();
                 if let Some(choice) = preemption {
                     tracing::info!(node = %choice.node, victims = choice.victims.len(), "preempting");

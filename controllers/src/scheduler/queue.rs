@@ -95,6 +95,12 @@ impl SchedulingQueue {
         !self.active.is_empty()
     }
 
+    /// The pods waiting in each queue: active, backing off, unschedulable.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let (active, backoff) = (self.active.len(), self.backoff.len());
+        (active, backoff, self.entries.len() - active - backoff)
+    }
+
     pub fn uids(&self) -> Vec<String> {
         self.entries.keys().cloned().collect()
     }

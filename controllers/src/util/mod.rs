@@ -14,3 +14,4 @@ pub mod reconciler;
 pub mod runtime;
 pub mod service_pods;
 pub mod taints;
+pub mod workqueue;

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::workqueue::QueueMetrics;
+
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(1000);
 
@@ -29,6 +31,8 @@ struct State {
 pub struct KeyQueue {
     state: Arc<Mutex<State>>,
     notify: Arc<Notify>,
+    /// upstream's `workqueue_*` series of the queue, when it has a name.
+    metrics: Option<Arc<QueueMetrics>>,
 }
 
 impl std::fmt::Debug for KeyQueue {
@@ -42,6 +46,14 @@ impl KeyQueue {
         Self::default()
     }
 
+    /// A queue with upstream's workqueue metrics under `name`.
+    pub fn named(name: &str) -> Self {
+        KeyQueue {
+            metrics: Some(QueueMetrics::new(name)),
+            ..Self::default()
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -51,6 +63,9 @@ impl KeyQueue {
         let mut s = self.lock();
         if !s.dirty.insert(key.clone()) {
             return;
+        }
+        if let Some(m) = &self.metrics {
+            m.add(&key);
         }
         if !s.processing.contains(&key) {
             s.queue.push_back(key);
@@ -72,6 +87,9 @@ impl KeyQueue {
     ///
     /// [`forget`]: KeyQueue::forget
     pub fn add_rate_limited(&self, key: &str) {
+        if let Some(m) = &self.metrics {
+            m.retry();
+        }
         let n = {
             let mut s = self.lock();
             let n = s.failures.entry(key.to_string()).or_insert(0);
@@ -98,6 +116,9 @@ impl KeyQueue {
                 if let Some(key) = s.queue.pop_front() {
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
+                    if let Some(m) = &self.metrics {
+                        m.get(&key);
+                    }
                     if !s.queue.is_empty() {
                         self.notify.notify_one();
                     }
@@ -109,6 +130,9 @@ impl KeyQueue {
     }
 
     pub fn done(&self, key: &str) {
+        if let Some(m) = &self.metrics {
+            m.done(key);
+        }
         let mut s = self.lock();
         s.processing.remove(key);
         if s.dirty.contains(key) {
@@ -138,6 +162,28 @@ mod tests {
         assert!(q.lock().queue.is_empty());
         q.done("a");
         assert_eq!(q.next().await, "a");
+    }
+
+    #[tokio::test]
+    async fn a_named_queue_reports_upstreams_workqueue_metrics() {
+        let series = |name: &str| {
+            let text = crate::metrics::render(crate::metrics::controller_manager());
+            let prefix = format!("{name}{{name=\"test_key_queue\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .map_or(0.0, |v| v.parse::<f64>().unwrap())
+        };
+        let q = KeyQueue::named("test_key_queue");
+        q.add("a");
+        q.add("a");
+        assert_eq!(series("workqueue_adds_total"), 1.0);
+        assert_eq!(series("workqueue_depth"), 1.0);
+        assert_eq!(q.next().await, "a");
+        assert_eq!(series("workqueue_depth"), 0.0);
+        q.add_rate_limited("a");
+        q.done("a");
+        assert_eq!(series("workqueue_work_duration_seconds_count"), 1.0);
+        assert_eq!(series("workqueue_retries_total"), 1.0);
     }
 
     #[tokio::test]

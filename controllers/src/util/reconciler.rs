@@ -22,6 +22,8 @@ use kube::runtime::reflector::ObjectRef;
 use minik8s_api::selector::SelectorError;
 use tracing::Instrument;
 
+use super::workqueue::QueueMetrics;
+
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(1000);
 /// After a conflict, or when the cache is known to lag a write of ours.
@@ -62,7 +64,7 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Reconciles that panicked, by controller (`controller_reconcile_panics_total`), in the
-/// process's default Prometheus registry.
+/// controller-manager's registry.
 static PANICS: LazyLock<prometheus::IntCounterVec> = LazyLock::new(|| {
     let c = prometheus::IntCounterVec::new(
         prometheus::Opts::new(
@@ -72,7 +74,7 @@ static PANICS: LazyLock<prometheus::IntCounterVec> = LazyLock::new(|| {
         &["controller"],
     )
     .expect("metric");
-    let _ = prometheus::default_registry().register(Box::new(c.clone()));
+    crate::metrics::register(crate::metrics::controller_manager(), &c);
     c
 });
 
@@ -144,21 +146,55 @@ pub fn retry<Key: Hash + Eq + Clone + std::fmt::Display>(
     key: &Key,
     error: &Error,
 ) -> Action {
+    Action::requeue(retry_after(controller, backoff, key, error))
+}
+
+/// How long after a failed reconcile of `key` it is tried again.
+fn retry_after<Key: Hash + Eq + Clone + std::fmt::Display>(
+    controller: &'static str,
+    backoff: &Backoff<Key>,
+    key: &Key,
+    error: &Error,
+) -> Duration {
     if error.transient() {
         tracing::debug!(controller, object = %key, %error, "retrying soon");
-        return Action::requeue(SOON);
+        return SOON;
     }
     let delay = backoff.failed(key);
     tracing::warn!(controller, object = %key, %error, ?delay, "reconcile failed");
-    Action::requeue(delay)
+    delay
 }
 
-/// The reconcile and error-policy functions a kube-runtime `Controller` (or `applier`) takes,
-/// built around `reconcile` the shared way.
+/// The key a work queue knows an object by (client-go's `MetaNamespaceKeyFunc`).
+pub fn queue_key<K: Resource>(r: &ObjectRef<K>) -> String {
+    match &r.namespace {
+        Some(ns) => format!("{ns}/{}", r.name),
+        None => r.name.clone(),
+    }
+}
+
+/// Marks a key done in its queue's metrics when the reconcile ends, finished or dropped.
+struct Processing {
+    queue: Arc<QueueMetrics>,
+    key: String,
+}
+
+impl Drop for Processing {
+    fn drop(&mut self) {
+        self.queue.done(&self.key);
+    }
+}
+
+/// The reconcile and error-policy functions kube-runtime's `applier` takes, built around
+/// `reconcile` the shared way, with the work queue metrics of the controller's queue
+/// (`name`, as upstream names it): a reconcile takes its key from the queue and a failure
+/// is a retry, scheduled after its backoff. (A requeue the reconcile asks for is counted as
+/// added when it is taken: kube-runtime's `Action` does not tell its delay.)
 pub struct Reconciler<K: Resource, C, F> {
     name: &'static str,
     reconcile: F,
     backoff: Arc<Backoff<ObjectRef<K>>>,
+    queue: Arc<QueueMetrics>,
     _ctx: std::marker::PhantomData<fn(C)>,
 }
 
@@ -175,11 +211,17 @@ where
             name,
             reconcile,
             backoff: Arc::default(),
+            queue: QueueMetrics::new(name),
             _ctx: std::marker::PhantomData,
         }
     }
 
-    /// `(reconcile, error_policy)` for `Controller::run`.
+    /// The metrics of the controller's queue, for what adds keys to it.
+    pub fn queue(&self) -> Arc<QueueMetrics> {
+        self.queue.clone()
+    }
+
+    /// `(reconcile, error_policy)` for `applier`.
     #[allow(clippy::type_complexity)]
     pub fn split(
         self,
@@ -191,15 +233,24 @@ where
             name,
             mut reconcile,
             backoff,
+            queue,
             ..
         } = self;
         let on_success = backoff.clone();
+        let requeues = queue.clone();
         let run = move |obj: Arc<K>, ctx: Arc<C>| {
             let key = ObjectRef::from_obj(obj.as_ref());
+            let queued = queue_key(&key);
+            requeues.get(&queued);
+            let processing = Processing {
+                queue: requeues.clone(),
+                key: queued,
+            };
             let work = reconcile(obj, ctx);
             let backoff = on_success.clone();
             async move {
                 let result = guarded(name, key.to_string(), work).await;
+                drop(processing);
                 if result.is_ok() {
                     backoff.succeeded(&key);
                 }
@@ -208,7 +259,11 @@ where
             .boxed()
         };
         let policy = move |obj: Arc<K>, error: &Error, _: Arc<C>| {
-            retry(name, &backoff, &ObjectRef::from_obj(obj.as_ref()), error)
+            let key = ObjectRef::from_obj(obj.as_ref());
+            queue.retry();
+            let delay = retry_after(name, &backoff, &key, error);
+            queue.add_after(&queue_key(&key), delay);
+            Action::requeue(delay)
         };
         (run, policy)
     }

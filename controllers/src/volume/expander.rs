@@ -80,7 +80,7 @@ pub async fn run(informers: Arc<Informers>) {
         claims.touched().map(|c| ObjectRef::from_obj(c.as_ref())),
         from_volumes,
     );
-    runtime::run(NAME, claims.store(), queue, reconcile, ctx).await
+    runtime::run("volume_expand", claims.store(), queue, reconcile, ctx).await
 }
 
 /// The size a bound claim asks to grow to, if it asks for more than it has.

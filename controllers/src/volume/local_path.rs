@@ -132,14 +132,14 @@ pub async fn run(client: Client, informers: Arc<Informers>, options: LocalPathOp
     let volume_queue = volumes.touched().map(|v| ObjectRef::from_obj(v.as_ref()));
     tokio::join!(
         runtime::run(
-            "local-path-provisioner",
+            "local_path_provisioner",
             claims.store(),
             claim_queue,
             provision,
             ctx.clone()
         ),
         runtime::run(
-            "local-path-provisioner",
+            "local_path_provisioner",
             volumes.store(),
             volume_queue,
             delete,

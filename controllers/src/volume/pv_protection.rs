@@ -29,7 +29,7 @@ pub async fn run(informers: Arc<Informers>) {
         client: informers.client(),
     });
     let queue = volumes.touched().map(|v| ObjectRef::from_obj(v.as_ref()));
-    runtime::run(NAME, volumes.store(), queue, reconcile, ctx).await
+    runtime::run("pvprotection", volumes.store(), queue, reconcile, ctx).await
 }
 
 fn has_finalizer(volume: &PersistentVolume) -> bool {

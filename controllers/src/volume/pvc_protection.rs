@@ -45,7 +45,7 @@ pub async fn run(informers: Arc<Informers>) {
         claims.touched().map(|c| ObjectRef::from_obj(c.as_ref())),
         from_pods,
     );
-    runtime::run(NAME, claims.store(), queue, reconcile, ctx).await
+    runtime::run("pvcprotection", claims.store(), queue, reconcile, ctx).await
 }
 
 fn has_finalizer(claim: &PersistentVolumeClaim) -> bool {

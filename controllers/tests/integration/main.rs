@@ -19,6 +19,7 @@ mod garbagecollector;
 mod hollow;
 mod job;
 mod leader;
+mod metrics;
 mod namespace;
 mod nodeipam;
 mod nodelifecycle;

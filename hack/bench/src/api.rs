@@ -396,7 +396,7 @@ async fn run_backend(
         num(lat.p50()),
         num(lat.p99())
     ));
-    for line in server_side(&after.delta(&before), "create", "configmaps") {
+    for line in server_side(&after.delta(&before), "POST", "configmaps") {
         r.note(format!("  {line}"));
     }
     r.row("creates/s, 1 client, raw HTTP/2", num(rate));
@@ -441,7 +441,7 @@ async fn run_backend(
         "  kube-rs speaks HTTP/1.1 only: server-side connections {conns_before} before, {conns_after} after the phase"
     ));
     r.note(format!("  {cpu_line}"));
-    for line in server_side(&after.delta(&before), "create", "configmaps") {
+    for line in server_side(&after.delta(&before), "POST", "configmaps") {
         r.note(format!("  {line}"));
     }
     r.row(
@@ -481,7 +481,7 @@ async fn run_backend(
         num(lat.p99())
     ));
     r.note(format!("  {cpu_line}"));
-    for line in server_side(&after.delta(&before), "create", "configmaps") {
+    for line in server_side(&after.delta(&before), "POST", "configmaps") {
         r.note(format!("  {line}"));
     }
     r.row(
@@ -547,7 +547,7 @@ async fn run_backend(
         num(lat.p99()),
         num(lat.max_ms())
     ));
-    for line in server_side(&after.delta(&before), "get", "configmaps") {
+    for line in server_side(&after.delta(&before), "GET", "configmaps") {
         r.note(format!("  {line}"));
     }
     r.row(
@@ -661,7 +661,7 @@ async fn list_phase(
         num(lat.p99())
     ));
     r.note(format!("  {cpu_line}"));
-    for line in server_side(&after.delta(&before), "list", "configmaps") {
+    for line in server_side(&after.delta(&before), "LIST", "configmaps") {
         r.note(format!("  {line}"));
     }
     r.row(
@@ -808,7 +808,7 @@ async fn watch_phase(
         num(lat.max_ms())
     ));
     r.note(format!("  {cpu_line}"));
-    for line in server_side(&after.delta(&before), "create", "configmaps") {
+    for line in server_side(&after.delta(&before), "POST", "configmaps") {
         r.note(format!("  {line}"));
     }
     Ok((lat.p50(), lat.p99(), missing))

@@ -500,12 +500,15 @@ async fn end_to_end(backend: Backend, args: ProxyArgs) -> anyhow::Result<()> {
     let stopped = async {
         let _ = stopped.await;
     };
+    use minik8s_proxy::metrics::{Mode, ProxyMetrics};
+    let metrics = |mode| std::sync::Arc::new(ProxyMetrics::new(mode, 2 * periods.max));
     let proxier = match &backend {
         Backend::Iptables(ipt) => tokio::spawn(minik8s_proxy::iptables::run(
             caches,
             config(),
             ipt.clone(),
             periods,
+            metrics(Mode::Iptables),
             stopped,
         )),
         Backend::Nftables(nft) => tokio::spawn(nftables::run(
@@ -513,6 +516,7 @@ async fn end_to_end(backend: Backend, args: ProxyArgs) -> anyhow::Result<()> {
             config(),
             nft.clone(),
             periods,
+            metrics(Mode::Nftables),
             stopped,
         )),
     };

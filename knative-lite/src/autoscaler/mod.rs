@@ -5,7 +5,8 @@
 //! with the resourceVersion read, so a request's activation racing a scale to zero wins.
 //! A Function's revision counts the pool pods it took as pods of its own: its Deployment
 //! makes up only the difference, and at zero those pods are deleted (the pool has made
-//! their replacements already).
+//! their replacements already). Each tick's numbers go to the metrics under Knative's
+//! autoscaler names ([`crate::metrics`]).
 
 pub mod config;
 pub mod decider;
@@ -32,11 +33,12 @@ use tracing::Instrument;
 use crate::conditions;
 use crate::function::{GATEWAY_PORT, labels as fn_labels};
 use crate::gateway::STATS_PATH;
+use crate::metrics::{self, RevisionLabels, Scaling};
 use crate::revision::deployment_name;
 use crate::route::SYSTEM_NAMESPACE;
 use crate::router::backends::Stats;
 use crate::serving::Revision;
-use config::{Config, Params};
+use config::{Config, Metric, Params};
 use decider::{Decider, Sample};
 
 /// How often the autoscaler decides.
@@ -113,6 +115,8 @@ struct Autoscaler {
     specialized: Cache<Pod>,
     config: Cache<ConfigMap>,
     deciders: HashMap<Key, Decider>,
+    /// The labels of each revision's series in the metrics, to drop them when it goes.
+    labels: HashMap<Key, RevisionLabels>,
 }
 
 impl Autoscaler {
@@ -120,6 +124,9 @@ impl Autoscaler {
         let revisions = self.revisions.state();
         if revisions.is_empty() {
             self.deciders.clear();
+            for who in std::mem::take(&mut self.labels).values() {
+                metrics::metrics().forget(who);
+            }
             return;
         }
         let routers: Vec<SocketAddr> =
@@ -184,6 +191,21 @@ impl Autoscaler {
                     replicas + taken.len() as i32,
                 );
             let want = (decision.desired - taken.len() as i32).max(0);
+            let who = RevisionLabels::of(rev);
+            metrics::metrics().scaling(
+                &who,
+                &Scaling {
+                    desired: decision.desired,
+                    requested: want + taken.len() as i32,
+                    actual: ready_replicas + taken_ready,
+                    stable: decision.stable,
+                    panic: decision.panic,
+                    target: params.target,
+                    rps: params.metric == Metric::Rps,
+                    panicking: decision.panicking,
+                },
+            );
+            self.labels.insert(key.clone(), who);
             if decision.desired == 0 && !taken.is_empty() {
                 self.release(&key.0, &taken).await;
             }
@@ -206,6 +228,14 @@ impl Autoscaler {
             revisions
                 .iter()
                 .any(|r| r.namespace().as_deref() == Some(k.0.as_str()) && r.name_any() == k.1)
+        });
+        let deciders = &self.deciders;
+        self.labels.retain(|k, who| {
+            let kept = deciders.contains_key(k);
+            if !kept {
+                metrics::metrics().forget(who);
+            }
+            kept
         });
     }
 
@@ -265,6 +295,7 @@ pub async fn run(informers: Arc<Informers>) {
         specialized: specialized.store(),
         config: config.store(),
         deciders: HashMap::new(),
+        labels: HashMap::new(),
     };
     for ready in [
         autoscaler.revisions.wait_until_ready().await,

@@ -7,17 +7,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Node, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use minik8s_controllers::informers::{Cache, Informers};
 use minik8s_controllers::util::controller_ref::{controller_ref, owners_of};
-use minik8s_controllers::util::reconciler::{Error, Reconciler};
+use minik8s_controllers::util::reconciler::Error;
+use minik8s_controllers::util::runtime::Controller;
 
 use super::validate::{self, Validator};
 use super::{DEFAULT_HANDLER, Function, PYTHON3, env, labels, packages, pool};
@@ -243,7 +243,6 @@ pub async fn run(informers: Arc<Informers>) {
     });
     let owners = functions.store().kube_store();
     let by_source = functions.store();
-    let (reconcile, error_policy) = Reconciler::new("function", reconcile).split();
     Controller::for_shared_stream(functions.touched(), functions.store().kube_store())
         .watches_shared_stream(services.touched(), move |s: Arc<Service>| {
             owners_of(&owners, s.as_ref(), |_: &Function| None)
@@ -264,7 +263,6 @@ pub async fn run(informers: Arc<Informers>) {
                 .map(|f| ObjectRef::from_obj(f.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
+        .run("function", reconcile, ctx)
         .await
 }

@@ -23,6 +23,7 @@ use minik8s_controllers::util::controller_ref::controller_ref;
 use super::backends::Backends;
 use crate::function::packages::{self, Installer};
 use crate::function::{self, labels as fn_labels};
+use crate::metrics::{self, ColdStart, RevisionLabels};
 use crate::revision::{deployment_name, user_port};
 use crate::serving::{Revision, labels};
 
@@ -123,14 +124,22 @@ impl Activator {
                 Some(spec) => Some(this.specialize(&rev, &spec).await),
                 None => None,
             };
+            let who = RevisionLabels::of(&rev);
             match specialized {
-                Some(Ok(addr)) => backends.add_pod(addr),
+                Some(Ok(addr)) => {
+                    metrics::metrics().cold_start(&who, ColdStart::Pool);
+                    backends.add_pod(addr)
+                }
                 other => {
                     if let Some(Err(e)) = other {
                         tracing::info!(revision = %key.1, error = %e, "no pool pod; scaling from zero");
                     }
-                    if let Err(e) = this.scale_from_zero(&rev).await {
-                        tracing::warn!(revision = %key.1, error = %e, "scaling from zero failed");
+                    match this.scale_from_zero(&rev).await {
+                        Ok(true) => metrics::metrics().cold_start(&who, ColdStart::Deployment),
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(revision = %key.1, error = %e, "scaling from zero failed")
+                        }
                     }
                 }
             }
@@ -141,14 +150,14 @@ impl Activator {
         });
     }
 
-    /// Sets the revision's Deployment to one replica if it has none.
-    async fn scale_from_zero(&self, rev: &Revision) -> Result<(), kube::Error> {
+    /// Sets the revision's Deployment to one replica if it has none: whether this did.
+    async fn scale_from_zero(&self, rev: &Revision) -> Result<bool, kube::Error> {
         let ns = rev.namespace().unwrap_or_default();
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);
         let name = deployment_name(&rev.name_any());
         let scale = api.get_scale(&name).await?;
         if scale.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0) > 0 {
-            return Ok(());
+            return Ok(false);
         }
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": scale.metadata.resource_version},
@@ -158,9 +167,9 @@ impl Activator {
             .patch_scale(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             // Someone scaled it meanwhile: the next poke looks again.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{HeaderName, HeaderValue, StatusCode};
 use k8s_openapi::api::core::v1::Pod;
@@ -23,16 +23,18 @@ use kube::runtime::watcher;
 use minik8s_controllers::informers::Informers;
 use minik8s_controllers::util::pods;
 use minik8s_proxy::cache::poke_on_change;
+use minik8s_proxy::forward;
 use minik8s_proxy::ingress::{HostRoutes, PickFuture, Picked};
 use tokio::sync::Notify;
 
 use crate::function;
 use crate::function::packages::{self, Installer};
 use crate::gateway::VIA_ROUTER;
+use crate::metrics::{self, RevisionLabels};
 use crate::revision::user_port;
 use crate::serving::{Revision, Route, labels};
 use activator::Activator;
-use backends::{Backends, Endpoint, Stats, Wait};
+use backends::{Backends, Endpoint, InFlight, Stats, Wait};
 
 /// How long a request waits for a pod when the revision sets no `timeoutSeconds`
 /// (Knative's `revision-timeout-seconds`).
@@ -312,7 +314,11 @@ impl Router {
                 .and_then(|r| r.spec.timeout_seconds)
                 .and_then(|s| u64::try_from(s).ok())
                 .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
-            take(&target.backends, true, timeout, activate).await
+            let who = match &target.revision {
+                Some(rev) => RevisionLabels::of(rev),
+                None => RevisionLabels::named(&target.backends.namespace, &target.backends.name),
+            };
+            take(&target.backends, Some(who), timeout, activate).await
         }))
     }
 
@@ -326,26 +332,64 @@ impl Router {
             .get(&key_of(namespace, name))?
             .clone();
         Some(Box::pin(async move {
-            take(&backends, false, DEFAULT_TIMEOUT, || {}).await
+            take(&backends, None, DEFAULT_TIMEOUT, || {}).await
         }))
     }
 }
 
-/// Takes an endpoint of `backends` for one request: `first_hop` for requests from clients
-/// (counted for the autoscaler; may go through another node's router), not for those
-/// another router sent (this node's pods only).
+/// One request through the router, from its arrival to the end of its answer: counted in
+/// flight for the autoscaler while it lives, and in the revision's request metrics when
+/// it ends (with the status it was answered with, and whether it was held for a pod).
+struct Served {
+    in_flight: InFlight,
+    /// `None` for a request another node's router sent: that router counts it.
+    who: Option<RevisionLabels>,
+    arrived: Instant,
+    held: bool,
+    status: StatusCode,
+}
+
+impl forward::InFlight for Served {
+    fn answered(&mut self, status: StatusCode) {
+        self.status = status;
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(who) = &self.who {
+            metrics::metrics().request(who, self.status, self.arrived.elapsed(), self.held);
+        }
+    }
+}
+
+/// Takes an endpoint of `backends` for one request: `who` (the revision's labels) for
+/// requests from clients (counted for the autoscaler and in the metrics; may go through
+/// another node's router), `None` for those another router sent (this node's pods only).
 async fn take(
     backends: &Arc<Backends>,
-    first_hop: bool,
+    who: Option<RevisionLabels>,
     timeout: Duration,
     activate: impl Fn(),
 ) -> Result<Picked, (StatusCode, String)> {
-    let mut req = backends.arrive(first_hop);
+    let first_hop = who.is_some();
+    let mut req = Served {
+        in_flight: backends.arrive(first_hop),
+        who,
+        arrived: Instant::now(),
+        held: false,
+        status: StatusCode::SERVICE_UNAVAILABLE,
+    };
     let b = backends;
-    match b
-        .take(&mut req, timeout, REPOKE, !first_hop, activate)
-        .await
-    {
+    let held = std::sync::atomic::AtomicBool::new(false);
+    let taken = b
+        .take(&mut req.in_flight, timeout, REPOKE, !first_hop, || {
+            held.store(true, Ordering::Relaxed);
+            activate()
+        })
+        .await;
+    req.held = held.into_inner();
+    match taken {
         Ok(endpoint) => {
             let mut headers = Vec::new();
             if endpoint.via_router

@@ -8,15 +8,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use minik8s_controllers::informers::{Cache, Informers};
-use minik8s_controllers::util::reconciler::{Error, Reconciler};
+use minik8s_controllers::util::reconciler::Error;
+use minik8s_controllers::util::runtime::Controller;
 use serde_json::json;
 use tokio::task::AbortHandle;
 
@@ -260,7 +260,6 @@ pub async fn run_with(informers: Arc<Informers>, invoke: Arc<dyn Invoke>) {
         functions: functions.store(),
     });
     let by_function = workflows.store();
-    let (reconcile, error_policy) = Reconciler::new("workflow", reconcile_workflow).split();
     let workflow_controller =
         Controller::for_shared_stream(workflows.touched(), workflows.store().kube_store())
             .watches_shared_stream(functions.touched(), move |f: Arc<Function>| {
@@ -272,8 +271,7 @@ pub async fn run_with(informers: Arc<Informers>, invoke: Arc<dyn Invoke>) {
                     .map(|w| ObjectRef::from_obj(w.as_ref()))
                     .collect::<Vec<_>>()
             })
-            .run(reconcile, error_policy, workflow_ctx)
-            .for_each(|_| async {});
+            .run("workflow", reconcile_workflow, workflow_ctx);
     let env = Arc::new(Env {
         client: client.clone(),
         invoke,
@@ -284,9 +282,7 @@ pub async fn run_with(informers: Arc<Informers>, invoke: Arc<dyn Invoke>) {
         env,
         drivers: Arc::default(),
     });
-    let (reconcile, error_policy) = Reconciler::new("workflowrun", reconcile_run).split();
     let run_controller = Controller::for_shared_stream(runs.touched(), runs.store().kube_store())
-        .run(reconcile, error_policy, run_ctx)
-        .for_each(|_| async {});
+        .run("workflowrun", reconcile_run, run_ctx);
     tokio::join!(workflow_controller, run_controller);
 }

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::model::keys;
 use super::worker::Shared;
+use crate::metrics::SyncType;
 
 /// Longest a pod goes without a sync, even when nothing seems to change.
 const RESYNC: Duration = Duration::from_secs(60);
@@ -52,6 +53,7 @@ impl PodManager {
         let (tx, rx) = mpsc::channel(1);
         let _ = tx.try_send(now);
         workers.insert(uid.to_string(), tx);
+        self.shared.metrics.pod_seen(uid);
         let this = self.clone();
         let uid = uid.to_string();
         tokio::spawn(async move { this.work(uid, rx).await });
@@ -60,10 +62,11 @@ impl PodManager {
     async fn work(self: Arc<Self>, uid: String, mut rx: mpsc::Receiver<tokio::time::Instant>) {
         let mut failures = 0u32;
         let mut next = tokio::time::Instant::now() + RESYNC;
+        let mut first = true;
         loop {
-            let asked = tokio::select! {
-                msg = rx.recv() => match msg { Some(at) => at, None => return },
-                _ = tokio::time::sleep_until(next) => next,
+            let (asked, periodic) = tokio::select! {
+                msg = rx.recv() => match msg { Some(at) => (at, false), None => return },
+                _ = tokio::time::sleep_until(next) => (next, true),
             };
             let queued_ms = asked.elapsed().as_secs_f64() * 1000.0;
             let span =
@@ -82,7 +85,20 @@ impl PodManager {
                 self.finish(&uid);
                 return;
             };
-            match tracing::Instrument::instrument(self.shared.sync(&pod), span).await {
+            let kind = if pod.metadata.deletion_timestamp.is_some() {
+                SyncType::Kill
+            } else if first {
+                SyncType::Create
+            } else if periodic {
+                SyncType::Sync
+            } else {
+                SyncType::Update
+            };
+            first = false;
+            let started = std::time::Instant::now();
+            let synced = tracing::Instrument::instrument(self.shared.sync(&pod), span).await;
+            self.shared.metrics.pod_synced(kind, started.elapsed());
+            match synced {
                 Ok(outcome) if outcome.done => {
                     self.shared.prober.forget_pod(&uid);
                     self.finish(&uid);
@@ -112,12 +128,14 @@ impl PodManager {
 
     fn finish(&self, uid: &str) {
         self.workers.lock().expect("workers").remove(uid);
+        self.shared.metrics.pod_forgotten(uid);
     }
 
     /// Per pod UID, a digest of its sandboxes and containers as the runtime lists them.
     async fn runtime_digest(&self) -> Option<BTreeMap<String, String>> {
         let sandboxes = self.shared.runtime.list_pod_sandboxes().await.ok()?;
         let containers = self.shared.runtime.list_containers().await.ok()?;
+        self.shared.metrics.observe_runtime(&sandboxes, &containers);
         let mut out: BTreeMap<String, String> = BTreeMap::new();
         for s in &sandboxes {
             if let Some(uid) = s.labels.get(keys::POD_UID) {

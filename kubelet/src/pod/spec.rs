@@ -538,8 +538,11 @@ pub fn container_config(
             name: c.name.clone(),
             attempt: inp.attempt,
         }),
+        // The image as the pod names it beside the reference it resolved to, as upstream
+        // passes it: what the runtime reports back (cAdvisor's `image` label).
         image: Some(cri::ImageSpec {
             image: inp.image_ref.to_string(),
+            user_specified_image: c.image.clone().unwrap_or_default(),
             ..Default::default()
         }),
         command: c

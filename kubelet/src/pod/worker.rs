@@ -74,6 +74,8 @@ pub struct Shared {
     pub node_cpu: f64,
     pub node_memory: f64,
     pub memory: Mutex<Memory>,
+    /// This kubelet's metrics (its runtime's calls are recorded by the runtime wrapper).
+    pub metrics: Arc<crate::metrics::KubeletMetrics>,
 }
 
 /// The pod cgroup's memory limit (when every container has one) and cpu shares.
@@ -466,6 +468,13 @@ impl Shared {
             &Patch::Merge(&patch),
         )
         .await?;
+        let phase = |s: Option<&k8s_openapi::api::core::v1::PodStatus>| {
+            s.and_then(|s| s.phase.clone()).unwrap_or_default()
+        };
+        let was = phase(pod.status.as_ref());
+        if phase(Some(&new)) == "Running" && (was.is_empty() || was == "Pending") {
+            self.metrics.pod_running(uid(pod));
+        }
         Ok(())
     }
 

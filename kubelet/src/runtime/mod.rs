@@ -525,4 +525,7 @@ pub fn image_spec(image: &str) -> cri::ImageSpec {
 }
 
 pub mod fake;
+pub mod instrumented;
 pub mod pod_ips;
+
+pub use instrumented::Instrumented;

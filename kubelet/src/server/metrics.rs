@@ -1,58 +1,26 @@
-//! The kubelet's Prometheus endpoints, in upstream's metric names so dashboards and suites
-//! written for Kubernetes read them unchanged: `/metrics/resource` (what metrics-server
-//! scrapes), `/metrics/cadvisor` (per-container usage as cAdvisor names it) and `/metrics`
-//! (the kubelet's own gauges). All three are drawn from one stats summary, so they agree
-//! with `/stats/summary` and `kubectl top`; labels this kubelet cannot know (cAdvisor's
-//! `id`, `image`) are left out rather than filled with guesses.
+//! The kubelet's Prometheus endpoints, all authorized as `nodes/metrics`: `/metrics` (its own,
+//! [`crate::metrics`]), `/metrics/cadvisor` ([`super::cadvisor`]), `/metrics/node` (the node
+//! exporter's, [`super::node_exporter`]) and `/metrics/resource`, what metrics-server scrapes:
+//! upstream's resource metrics (stable names, labels and help), drawn from the same
+//! CPU-and-memory summary as `/stats/summary` and `kubectl top`, each sample stamped with the
+//! time it was measured.
 
-use std::fmt::Write as _;
+use std::sync::Arc;
 
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
 use jiff::Timestamp;
 
+use super::exposition::{Families, Family};
 use super::stats::{ContainerStats, CpuStats, MemoryStats, PodStats, Summary};
-
-/// One sample: its `{labels}`, its value, and when it was measured (ms since the epoch).
-type Sample = (String, f64, Option<i64>);
+use super::{KubeletServer, SummaryScope, cadvisor, collect_summary, node_exporter};
 
 /// A value and when it was measured, when there is one.
 type Reading = Option<(f64, Option<i64>)>;
 
-/// A Prometheus text exposition being written.
-#[derive(Default)]
-struct Text(String);
-
-impl Text {
-    /// A metric family; `help` carries upstream's stability prefix where it has one.
-    fn family(&mut self, name: &str, kind: &str, help: &str, samples: Vec<Sample>) {
-        let out = &mut self.0;
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, v, ts) in samples {
-            let _ = match ts {
-                Some(ts) => writeln!(out, "{name}{labels} {v} {ts}"),
-                None => writeln!(out, "{name}{labels} {v}"),
-            };
-        }
-    }
-}
-
 fn millis(t: &str) -> Option<i64> {
     t.parse::<Timestamp>().ok().map(|t| t.as_millisecond())
-}
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn container_labels(p: &PodStats, c: &ContainerStats) -> String {
-    format!(
-        "{{container=\"{}\",namespace=\"{}\",pod=\"{}\"}}",
-        escape(&c.name),
-        escape(&p.pod_ref.namespace),
-        escape(&p.pod_ref.name)
-    )
 }
 
 fn cpu_seconds(c: &Option<CpuStats>) -> Reading {
@@ -62,220 +30,196 @@ fn cpu_seconds(c: &Option<CpuStats>) -> Reading {
     })
 }
 
-fn memory(m: &Option<MemoryStats>, field: fn(&MemoryStats) -> Option<u64>) -> Reading {
+fn working_set(m: &Option<MemoryStats>) -> Reading {
     m.as_ref()
-        .and_then(|m| field(m).map(|b| (b as f64, millis(&m.time))))
+        .and_then(|m| m.working_set_bytes.map(|b| (b as f64, millis(&m.time))))
 }
 
-/// Every container's `field`, labelled.
-fn per_container(s: &Summary, field: impl Fn(&ContainerStats) -> Reading) -> Vec<Sample> {
-    s.pods
-        .iter()
-        .flat_map(|p| {
-            p.containers
-                .iter()
-                .filter_map(|c| field(c).map(|(v, ts)| (container_labels(p, c), v, ts)))
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// `/metrics/resource`: upstream's resource metrics, each sample stamped with the time it was
-/// measured.
-pub fn resource(s: Option<&Summary>) -> String {
-    let mut out = Text::default();
-    let empty = Summary::default();
-    let sum = s.unwrap_or(&empty);
-    let working_set = |m: &Option<MemoryStats>| memory(m, |m| m.working_set_bytes);
-    let pod_labels = |p: &PodStats| {
-        format!(
-            "{{namespace=\"{}\",pod=\"{}\"}}",
-            escape(&p.pod_ref.namespace),
-            escape(&p.pod_ref.name)
-        )
+fn per_container(
+    name: &str,
+    help: &str,
+    counter: bool,
+    s: &Summary,
+    field: impl Fn(&ContainerStats) -> Reading,
+) -> Family {
+    let mut f = if counter {
+        Family::counter(name, help)
+    } else {
+        Family::gauge(name, help)
     };
-    out.family(
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
-        per_container(sum, |c| cpu_seconds(&c.cpu)),
-    );
-    out.family(
-        "container_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the container in bytes",
-        per_container(sum, |c| working_set(&c.memory)),
-    );
-    out.family(
-        "container_start_time_seconds",
-        "gauge",
-        "[STABLE] Start time of the container since unix epoch in seconds",
-        per_container(sum, |c| {
-            millis(&c.start_time).map(|ms| (ms as f64 / 1000.0, None))
-        }),
-    );
-    let node = |v: Reading| -> Vec<Sample> {
-        v.map(|(v, ts)| (String::new(), v, ts))
-            .into_iter()
-            .collect()
-    };
-    out.family(
-        "node_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
-        node(cpu_seconds(&sum.node.cpu)),
-    );
-    out.family(
-        "node_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the node in bytes",
-        node(working_set(&sum.node.memory)),
-    );
-    let per_pod = |field: &dyn Fn(&PodStats) -> Reading| -> Vec<Sample> {
-        sum.pods
-            .iter()
-            .filter_map(|p| field(p).map(|(v, ts)| (pod_labels(p), v, ts)))
-            .collect()
-    };
-    out.family(
-        "pod_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
-        per_pod(&|p| cpu_seconds(&p.cpu)),
-    );
-    out.family(
-        "pod_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the pod in bytes",
-        per_pod(&|p| working_set(&p.memory)),
-    );
-    out.family(
-        "resource_scrape_error",
-        "gauge",
-        "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
-        vec![(String::new(), if s.is_some() { 0.0 } else { 1.0 }, None)],
-    );
-    out.0
-}
-
-/// The machine as cAdvisor reports it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Machine {
-    pub cpu_cores: u64,
-    pub memory_bytes: u64,
-}
-
-impl Machine {
-    /// From `/proc/cpuinfo` and `/proc/meminfo`.
-    pub fn read(cpuinfo: &str, meminfo: &str) -> Machine {
-        let cpu_cores = cpuinfo
-            .lines()
-            .filter(|l| l.starts_with("processor"))
-            .count() as u64;
-        let memory_bytes = meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024);
-        Machine {
-            cpu_cores,
-            memory_bytes,
+    for p in &s.pods {
+        for c in &p.containers {
+            if let Some((v, ts)) = field(c) {
+                let labels = [
+                    ("container", c.name.as_str()),
+                    ("namespace", p.pod_ref.namespace.as_str()),
+                    ("pod", p.pod_ref.name.as_str()),
+                ];
+                f.sample(&labels, v, ts);
+            }
         }
     }
+    f
 }
 
-/// `/metrics/cadvisor`: per-container usage under cAdvisor's names, and the machine.
-pub fn cadvisor(s: Option<&Summary>, machine: Machine) -> String {
-    let mut out = Text::default();
+fn per_pod(
+    name: &str,
+    help: &str,
+    counter: bool,
+    s: &Summary,
+    field: impl Fn(&PodStats) -> Reading,
+) -> Family {
+    let mut f = if counter {
+        Family::counter(name, help)
+    } else {
+        Family::gauge(name, help)
+    };
+    for p in &s.pods {
+        if let Some((v, ts)) = field(p) {
+            let labels = [
+                ("namespace", p.pod_ref.namespace.as_str()),
+                ("pod", p.pod_ref.name.as_str()),
+            ];
+            f.sample(&labels, v, ts);
+        }
+    }
+    f
+}
+
+/// `/metrics/resource` from the summary; `None` (it could not be read) is a scrape error.
+pub fn resource(s: Option<&Summary>) -> String {
+    let mut out = Families::default();
     let empty = Summary::default();
     let sum = s.unwrap_or(&empty);
-    out.family(
+    out.push(per_container(
         "container_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed in seconds.",
-        per_container(sum, |c| cpu_seconds(&c.cpu)),
-    );
-    out.family(
-        "container_memory_usage_bytes",
-        "gauge",
-        "Current memory usage in bytes, including all memory regardless of when it was accessed",
-        per_container(sum, |c| memory(&c.memory, |m| m.usage_bytes)),
-    );
-    out.family(
+        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+        true,
+        sum,
+        |c| cpu_seconds(&c.cpu),
+    ));
+    out.push(per_container(
         "container_memory_working_set_bytes",
-        "gauge",
-        "Current working set in bytes.",
-        per_container(sum, |c| memory(&c.memory, |m| m.working_set_bytes)),
-    );
-    out.family(
-        "container_memory_rss",
-        "gauge",
-        "Size of RSS in bytes.",
-        per_container(sum, |c| memory(&c.memory, |m| m.rss_bytes)),
-    );
-    out.family(
+        "[STABLE] Current working set of the container in bytes",
+        false,
+        sum,
+        |c| working_set(&c.memory),
+    ));
+    out.push(per_container(
         "container_start_time_seconds",
-        "gauge",
-        "Start time of the container since unix epoch in seconds.",
-        per_container(sum, |c| {
-            millis(&c.start_time).map(|ms| (ms as f64 / 1000.0, None))
-        }),
+        "[STABLE] Start time of the container since unix epoch in seconds",
+        false,
+        sum,
+        |c| millis(&c.start_time).map(|ms| (ms as f64 / 1000.0, None)),
+    ));
+    let mut node_cpu = Family::counter(
+        "node_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
     );
-    out.family(
-        "machine_cpu_cores",
-        "gauge",
-        "Number of logical CPU cores.",
-        vec![(String::new(), machine.cpu_cores as f64, None)],
+    if let Some((v, ts)) = cpu_seconds(&sum.node.cpu) {
+        node_cpu.sample(&[], v, ts);
+    }
+    out.push(node_cpu);
+    let mut node_memory = Family::gauge(
+        "node_memory_working_set_bytes",
+        "[STABLE] Current working set of the node in bytes",
     );
-    out.family(
-        "machine_memory_bytes",
-        "gauge",
-        "Amount of memory installed on the machine.",
-        vec![(String::new(), machine.memory_bytes as f64, None)],
+    if let Some((v, ts)) = working_set(&sum.node.memory) {
+        node_memory.sample(&[], v, ts);
+    }
+    out.push(node_memory);
+    out.push(per_pod(
+        "pod_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
+        true,
+        sum,
+        |p| cpu_seconds(&p.cpu),
+    ));
+    out.push(per_pod(
+        "pod_memory_working_set_bytes",
+        "[STABLE] Current working set of the pod in bytes",
+        false,
+        sum,
+        |p| working_set(&p.memory),
+    ));
+    let mut error = Family::gauge(
+        "resource_scrape_error",
+        "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
     );
-    out.0
+    error.sample(&[], if s.is_some() { 0.0 } else { 1.0 }, None);
+    out.push(error);
+    out.encode()
 }
 
-/// `/metrics`: the kubelet's own gauges, from the same summary (pods with a running
-/// sandbox and their running containers).
-pub fn kubelet(node_name: &str, s: Option<&Summary>, process_start: Timestamp) -> String {
-    let mut out = Text::default();
-    out.family(
-        "kubelet_node_name",
-        "gauge",
-        "[ALPHA] The node's name. The count is always 1.",
-        vec![(format!("{{node=\"{}\"}}", escape(node_name)), 1.0, None)],
+/// A Prometheus text exposition.
+fn exposition(text: String) -> Response {
+    let mut resp = text.into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
-    if let Some(sum) = s {
-        out.family(
-            "kubelet_running_pods",
-            "gauge",
-            "[ALPHA] Number of pods that have a running pod sandbox",
-            vec![(String::new(), sum.pods.len() as f64, None)],
-        );
-        let containers: usize = sum.pods.iter().map(|p| p.containers.len()).sum();
-        out.family(
-            "kubelet_running_containers",
-            "gauge",
-            "[ALPHA] Number of containers currently running",
-            vec![(
-                "{container_state=\"running\"}".to_string(),
-                containers as f64,
-                None,
-            )],
-        );
+    resp
+}
+
+pub(super) async fn resource_handler(State(k): State<Arc<KubeletServer>>) -> Response {
+    let summary = collect_summary(&k, SummaryScope::CpuAndMemory).await;
+    if let Err(e) = &summary {
+        tracing::warn!(error = %e, "collecting resource metrics failed");
     }
-    out.family(
-        "process_start_time_seconds",
-        "gauge",
-        "[ALPHA] Start time of the process since unix epoch in seconds.",
-        vec![(
-            String::new(),
-            process_start.as_millisecond() as f64 / 1000.0,
-            None,
-        )],
-    );
-    out.0
+    exposition(resource(summary.as_ref().ok()))
+}
+
+/// cAdvisor's metrics of this node's cgroups (none on a kubelet that leaves the host alone).
+pub(super) async fn cadvisor_handler(State(k): State<Arc<KubeletServer>>) -> Response {
+    let rt = &k.shared.runtime;
+    let config = &k.shared.config;
+    let proc = std::path::Path::new("/proc");
+    let (sandboxes, containers) = tokio::join!(rt.list_pod_sandboxes(), rt.list_containers());
+    let listed = match (sandboxes, containers) {
+        (Ok(s), Ok(c)) => Some((s, c)),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(error = %e, "listing the runtime for cAdvisor metrics failed");
+            None
+        }
+    };
+    let readings = listed.map(|(sandboxes, containers)| match config.manage_host {
+        true => cadvisor::Scan {
+            cgroups: &config.cgroups_path,
+            cgroup_root: &config.cgroup_root,
+            proc,
+            sandboxes: &sandboxes,
+            containers: &containers,
+        }
+        .collect(),
+        false => Vec::new(),
+    });
+    let now = jiff::Timestamp::now().as_millisecond();
+    exposition(cadvisor::render(
+        readings.as_deref(),
+        &cadvisor::Machine::local(proc),
+        now,
+    ))
+}
+
+pub(super) async fn kubelet_handler(State(k): State<Arc<KubeletServer>>) -> Response {
+    exposition(k.shared.metrics.render())
+}
+
+/// The node exporter's metrics of this host.
+pub(super) async fn node_handler(State(k): State<Arc<KubeletServer>>) -> Response {
+    let sources = node_exporter::Sources {
+        proc: "/proc".into(),
+        kubelet_root: k.shared.config.root_dir.clone(),
+    };
+    // statvfs of every filesystem may block (a hung network mount): off the async runtime.
+    let collected = tokio::task::spawn_blocking(move || {
+        node_exporter::collect(&sources, jiff::Timestamp::now())
+    })
+    .await;
+    match collected {
+        Ok(body) => exposition(body),
+        Err(e) => super::text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -326,29 +270,14 @@ mod tests {
         assert!(text.contains(
             "container_start_time_seconds{container=\"c\",namespace=\"ns\",pod=\"p\"} 1714554000\n"
         ));
-        assert!(text.contains("# TYPE pod_cpu_usage_seconds_total counter\n"));
-        assert!(text.contains("resource_scrape_error 0\n"));
-        assert!(resource(None).contains("resource_scrape_error 1\n"));
-    }
-
-    #[test]
-    fn cadvisor_and_kubelet_text() {
-        let machine = Machine::read(
-            "processor\t: 0\nmodel name\t: x\nprocessor\t: 1\n",
-            "MemTotal:       2048 kB\nMemFree: 1 kB\n",
-        );
-        assert_eq!((machine.cpu_cores, machine.memory_bytes), (2, 2048 * 1024));
-        let text = cadvisor(Some(&summary()), machine);
         assert!(text.contains(
-            "container_memory_usage_bytes{container=\"c\",namespace=\"ns\",pod=\"p\"} 2048 1714557600000\n"
+            "# HELP container_memory_working_set_bytes [STABLE] Current working set of the container in bytes\n"
         ));
-        assert!(text.contains("machine_cpu_cores 2\n"));
-        assert!(text.contains("machine_memory_bytes 2097152\n"));
-        let start: Timestamp = "2024-05-01T09:00:00Z".parse().unwrap();
-        let text = kubelet("n", Some(&summary()), start);
-        assert!(text.contains("kubelet_node_name{node=\"n\"} 1\n"));
-        assert!(text.contains("kubelet_running_pods 1\n"));
-        assert!(text.contains("kubelet_running_containers{container_state=\"running\"} 1\n"));
-        assert!(text.contains("process_start_time_seconds 1714554000\n"));
+        assert!(text.contains("resource_scrape_error 0\n"));
+        // Nothing measured: no samples, and the family is left out.
+        assert!(!text.contains("pod_cpu_usage_seconds_total"));
+        let failed = resource(None);
+        assert!(failed.contains("resource_scrape_error 1\n"));
+        assert!(!failed.contains("container_"));
     }
 }

@@ -5,8 +5,11 @@
 //! `nodes` subresources, as upstream's kubelet in webhook mode: see [`auth`].
 
 pub mod auth;
+pub mod cadvisor;
+pub mod exposition;
 pub mod logs;
 pub mod metrics;
+pub mod node_exporter;
 pub mod proxy;
 pub mod serving_cert;
 pub mod stats;
@@ -82,8 +85,6 @@ pub fn tls_config(tls: &ServingTls) -> Result<rustls::ServerConfig, ServeError> 
 pub struct KubeletServer {
     pub shared: Arc<Shared>,
     cpu: Mutex<Option<stats::CpuSample>>,
-    /// When this kubelet started serving, for `process_start_time_seconds`.
-    started: jiff::Timestamp,
     /// Who may call: asked of the API server through the kubelet's own client.
     auth: Arc<NodeAuth>,
 }
@@ -99,7 +100,6 @@ impl KubeletServer {
         Arc::new(KubeletServer {
             shared,
             cpu: Mutex::new(None),
-            started: jiff::Timestamp::now(),
             auth: Arc::new(auth),
         })
     }
@@ -122,9 +122,10 @@ pub fn router(server: Arc<KubeletServer>) -> Router {
         .route("/portForward/{ns}/{pod}/{uid}", any(port_forward_uid))
         .route("/stats/summary", get(summary))
         .route("/stats/summary/", get(summary))
-        .route("/metrics/resource", get(metrics_resource))
-        .route("/metrics/cadvisor", get(metrics_cadvisor))
-        .route("/metrics", get(metrics_kubelet))
+        .route("/metrics/resource", get(metrics::resource_handler))
+        .route("/metrics/cadvisor", get(metrics::cadvisor_handler))
+        .route("/metrics", get(metrics::kubelet_handler))
+        .route("/metrics/node", get(metrics::node_handler))
         .fallback(|| async { text(StatusCode::NOT_FOUND, "404 page not found\n") })
         .layer(middleware::from_fn_with_state(auth, auth::filter))
         .with_state(server)
@@ -784,49 +785,6 @@ async fn summary(
             format!("failed to get summary stats: {e}"),
         ),
     }
-}
-
-/// Which of the Prometheus endpoints a scrape asked for.
-#[derive(Clone, Copy)]
-enum Exposition {
-    Resource,
-    Cadvisor,
-    Kubelet,
-}
-
-async fn exposition(k: &KubeletServer, which: Exposition) -> Response {
-    let summary = collect_summary(k, SummaryScope::CpuAndMemory).await;
-    if let Err(e) = &summary {
-        tracing::warn!(error = %e, "collecting metrics failed");
-    }
-    let summary = summary.as_ref().ok();
-    let text = match which {
-        Exposition::Resource => metrics::resource(summary),
-        Exposition::Cadvisor => {
-            let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-            let machine = metrics::Machine::read(&read("/proc/cpuinfo"), &read("/proc/meminfo"));
-            metrics::cadvisor(summary, machine)
-        }
-        Exposition::Kubelet => metrics::kubelet(&k.shared.config.node_name, summary, k.started),
-    };
-    let mut resp = text.into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    resp
-}
-
-async fn metrics_resource(State(k): State<Arc<KubeletServer>>) -> Response {
-    exposition(&k, Exposition::Resource).await
-}
-
-async fn metrics_cadvisor(State(k): State<Arc<KubeletServer>>) -> Response {
-    exposition(&k, Exposition::Cadvisor).await
-}
-
-async fn metrics_kubelet(State(k): State<Arc<KubeletServer>>) -> Response {
-    exposition(&k, Exposition::Kubelet).await
 }
 
 #[cfg(test)]

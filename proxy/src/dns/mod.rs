@@ -3,9 +3,11 @@
 //! informers) whenever they change, so a query is one map lookup; names outside the cluster domain (and reverse names we
 //! do not own) are relayed unchanged to the resolvers of /etc/resolv.conf.
 
+pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod zone;
 
+pub use metrics::{DnsMetrics, Proto};
 pub use server::{DnsConfig, Server, run, upstreams_from_resolv_conf};
 pub use zone::{Answer, Zone};

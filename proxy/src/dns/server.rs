@@ -10,6 +10,7 @@ use hickory_proto::op::{Message, MessageType, ResponseCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
+use super::metrics::{Answered, DnsMetrics, Proto, Report};
 use super::zone::Zone;
 use crate::cache::Caches;
 
@@ -26,6 +27,8 @@ pub struct DnsConfig {
     /// The cluster domain, `cluster.local`.
     pub domain: String,
     pub upstreams: Vec<SocketAddr>,
+    /// Where `/metrics` is served (CoreDNS's `prometheus :9153`); `None`: nowhere.
+    pub metrics_bind: Option<SocketAddr>,
 }
 
 /// `nameserver` lines of a resolv.conf, on port 53.
@@ -48,14 +51,30 @@ const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Server {
     zone: RwLock<Arc<Zone>>,
     upstreams: Vec<SocketAddr>,
+    metrics: Arc<DnsMetrics>,
 }
 
 impl Server {
+    /// A server whose metrics name it as CoreDNS's `.:53`.
     pub fn new(zone: Zone, upstreams: Vec<SocketAddr>) -> Arc<Server> {
+        let metrics = DnsMetrics::new(SocketAddr::from(([0, 0, 0, 0], 53)));
+        Server::with_metrics(zone, upstreams, Arc::new(metrics))
+    }
+
+    pub fn with_metrics(
+        zone: Zone,
+        upstreams: Vec<SocketAddr>,
+        metrics: Arc<DnsMetrics>,
+    ) -> Arc<Server> {
         Arc::new(Server {
             zone: RwLock::new(Arc::new(zone)),
             upstreams,
+            metrics,
         })
+    }
+
+    pub fn metrics(&self) -> &Arc<DnsMetrics> {
+        &self.metrics
     }
 
     pub fn set_zone(&self, zone: Zone) {
@@ -66,15 +85,47 @@ impl Server {
         self.zone.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The reply to one DNS message (`None`: drop it, as for garbage).
-    pub async fn handle(&self, packet: &[u8], over_tcp: bool) -> Option<Vec<u8>> {
+    /// The reply to one DNS message from `client` (`None`: drop it, as for garbage), each
+    /// query reported in the metrics.
+    pub async fn handle(&self, packet: &[u8], proto: Proto, client: SocketAddr) -> Option<Vec<u8>> {
+        let started = std::time::Instant::now();
         let query = Message::from_vec(packet).ok()?;
         if query.message_type() != MessageType::Query {
             return None;
         }
-        let Some(resp) = self.zone().respond(&query) else {
+        let answer = self.answer(&query, packet, proto == Proto::Tcp).await;
+        self.metrics.report(&Report {
+            proto,
+            client,
+            qtype: query
+                .queries()
+                .first()
+                .map_or(0, |q| u16::from(q.query_type())),
+            dnssec_ok: query
+                .extensions()
+                .as_ref()
+                .is_some_and(|e| e.flags().dnssec_ok),
+            request_size: packet.len(),
+            // The response code is the low bits of the header's fourth byte.
+            response: answer
+                .as_ref()
+                .map(|(bytes, _)| (bytes.len(), bytes.get(3).map_or(2, |b| b & 0x0f))),
+            answered: answer.as_ref().map_or(Answered::Server, |(_, by)| *by),
+            seconds: started.elapsed().as_secs_f64(),
+        });
+        answer.map(|(bytes, _)| bytes)
+    }
+
+    /// The reply to `query` and who wrote it.
+    async fn answer(
+        &self,
+        query: &Message,
+        packet: &[u8],
+        over_tcp: bool,
+    ) -> Option<(Vec<u8>, Answered)> {
+        let Some(resp) = self.zone().respond(query) else {
             return match self.forward(packet, over_tcp).await {
-                Some(r) => Some(r),
+                Some(r) => Some((r, Answered::Forward)),
                 None => {
                     let mut fail = Message::new();
                     fail.set_id(query.id())
@@ -83,25 +134,11 @@ impl Server {
                         .set_recursion_available(true)
                         .set_response_code(ResponseCode::ServFail)
                         .add_queries(query.queries().to_vec());
-                    fail.to_vec().ok()
+                    fail.to_vec().ok().map(|b| (b, Answered::Server))
                 }
             };
         };
-        let bytes = resp.to_vec().ok()?;
-        let limit = query
-            .extensions()
-            .as_ref()
-            .map(|e| e.max_payload().max(512) as usize)
-            .unwrap_or(512);
-        if over_tcp || bytes.len() <= limit {
-            return Some(bytes);
-        }
-        // Too big for this UDP client: an empty truncated answer makes it retry over TCP.
-        let mut truncated = resp.clone();
-        truncated.take_answers();
-        truncated.take_additionals();
-        truncated.set_truncated(true);
-        truncated.to_vec().ok()
+        Some((fit(query, &resp, over_tcp)?, Answered::Kubernetes))
     }
 
     async fn forward(&self, packet: &[u8], over_tcp: bool) -> Option<Vec<u8>> {
@@ -141,7 +178,7 @@ impl Server {
                     let server = server.clone();
                     let udp = udp.clone();
                     tokio::spawn(async move {
-                        if let Some(reply) = server.handle(&packet, false).await {
+                        if let Some(reply) = server.handle(&packet, Proto::Udp, peer).await {
                             let _ = udp.send_to(&reply, peer).await;
                         }
                     });
@@ -152,12 +189,12 @@ impl Server {
             let server = self.clone();
             tokio::spawn(async move {
                 loop {
-                    let Ok((stream, _)) = tcp.accept().await else {
+                    let Ok((stream, peer)) = tcp.accept().await else {
                         continue;
                     };
                     let server = server.clone();
                     tokio::spawn(async move {
-                        let _ = serve_tcp(server, stream).await;
+                        let _ = serve_tcp(server, stream, peer).await;
                     });
                 }
             })
@@ -168,7 +205,30 @@ impl Server {
     }
 }
 
-async fn serve_tcp(server: Arc<Server>, mut stream: TcpStream) -> std::io::Result<()> {
+/// `resp` as bytes that fit the client's UDP buffer.
+fn fit(query: &Message, resp: &Message, over_tcp: bool) -> Option<Vec<u8>> {
+    let bytes = resp.to_vec().ok()?;
+    let limit = query
+        .extensions()
+        .as_ref()
+        .map(|e| e.max_payload().max(512) as usize)
+        .unwrap_or(512);
+    if over_tcp || bytes.len() <= limit {
+        return Some(bytes);
+    }
+    // Too big for this UDP client: an empty truncated answer makes it retry over TCP.
+    let mut truncated = resp.clone();
+    truncated.take_answers();
+    truncated.take_additionals();
+    truncated.set_truncated(true);
+    truncated.to_vec().ok()
+}
+
+async fn serve_tcp(
+    server: Arc<Server>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+) -> std::io::Result<()> {
     loop {
         let len = match tokio::time::timeout(Duration::from_secs(10), stream.read_u16()).await {
             Ok(Ok(len)) => len as usize,
@@ -176,7 +236,7 @@ async fn serve_tcp(server: Arc<Server>, mut stream: TcpStream) -> std::io::Resul
         };
         let mut packet = vec![0u8; len];
         stream.read_exact(&mut packet).await?;
-        if let Some(reply) = server.handle(&packet, true).await {
+        if let Some(reply) = server.handle(&packet, Proto::Tcp, peer).await {
             stream.write_u16(reply.len() as u16).await?;
             stream.write_all(&reply).await?;
         }
@@ -228,10 +288,30 @@ pub async fn run(
         .map_err(|e| Error::Bind(config.bind, e))?;
     tracing::info!(bind = %config.bind, upstreams = ?config.upstreams, "serving cluster DNS");
     let caches = Caches::from_informers(informers);
-    let server = Server::new(
+    let metrics = Arc::new(DnsMetrics::new(config.bind));
+    let server = Server::with_metrics(
         Zone::build(&config.domain, &[], &[]),
         config.upstreams.clone(),
+        metrics.clone(),
     );
+    let metrics_server = match config.metrics_bind {
+        Some(addr) => match TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(bind = %addr, "serving cluster DNS metrics");
+                Some(tokio::spawn(super::metrics::serve(
+                    listener,
+                    metrics,
+                    std::future::pending(),
+                )))
+            }
+            // DNS answers all the same: metrics are not worth failing it for.
+            Err(e) => {
+                tracing::warn!(bind = %addr, error = %e, "not serving cluster DNS metrics");
+                None
+            }
+        },
+        None => None,
+    };
     let updater = {
         let server = server.clone();
         let domain = config.domain.clone();
@@ -247,5 +327,8 @@ pub async fn run(
     };
     server.serve(udp, tcp, shutdown).await;
     updater.abort();
+    if let Some(task) = metrics_server {
+        task.abort();
+    }
     Ok(())
 }

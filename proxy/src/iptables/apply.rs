@@ -12,6 +12,7 @@ use super::Error;
 use super::render::{
     FILTER_CHAINS, NAT_CHAINS, Ruleset, SERVICE_CHAIN_PREFIXES, partial_restore, saved_chains,
 };
+use crate::metrics::{ProxyMetrics, rules_by_table};
 
 /// What the proxier needs from iptables.
 pub trait Iptables: Send + Sync {
@@ -355,6 +356,7 @@ pub struct Syncer {
     full_every: Duration,
     applied: Option<Ruleset>,
     last_full: Option<Instant>,
+    metrics: Option<Arc<ProxyMetrics>>,
 }
 
 impl Syncer {
@@ -364,7 +366,14 @@ impl Syncer {
             full_every,
             applied: None,
             last_full: None,
+            metrics: None,
         }
+    }
+
+    /// Rule counts and restore failures go to `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<ProxyMetrics>) -> Syncer {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Puts `next` into the kernel, partially when the previous sync's result can be trusted.
@@ -374,20 +383,43 @@ impl Syncer {
             .is_none_or(|t| t.elapsed() >= self.full_every);
         // Taken, so that a failure below leaves nothing to diff against: the next sync is full.
         let applied = self.applied.take();
-        let kind = match applied {
-            Some(applied) if !full_due => match partial_restore(&applied, &next) {
-                Some(data) => {
-                    self.ipt.restore(&data)?;
-                    SyncKind::Partial
+        let failed = |partial: bool| {
+            let metrics = self.metrics.clone();
+            move |e: Error| {
+                if let Some(m) = &metrics {
+                    m.iptables_restore_failed(partial);
                 }
-                None => SyncKind::Unchanged,
-            },
-            _ => {
-                apply(self.ipt.as_ref(), &next.to_restore())?;
-                self.last_full = Some(Instant::now());
-                SyncKind::Full
+                e
             }
         };
+        let (kind, written) = match applied {
+            Some(applied) if !full_due => match partial_restore(&applied, &next) {
+                Some(data) => {
+                    self.ipt.restore(&data).map_err(failed(true))?;
+                    (SyncKind::Partial, rules_by_table(&data))
+                }
+                None => (SyncKind::Unchanged, Default::default()),
+            },
+            _ => {
+                let data = next.to_restore();
+                apply(self.ipt.as_ref(), &data).map_err(failed(false))?;
+                self.last_full = Some(Instant::now());
+                (SyncKind::Full, rules_by_table(&data))
+            }
+        };
+        if let Some(m) = &self.metrics {
+            let total = next
+                .tables
+                .iter()
+                .map(|t| {
+                    (
+                        t.name.to_string(),
+                        t.chains.iter().map(|(_, r)| r.len()).sum(),
+                    )
+                })
+                .collect();
+            m.iptables_rules(&total, &written);
+        }
         self.applied = Some(next);
         Ok(kind)
     }
@@ -532,14 +564,47 @@ mod tests {
             fake: fake.clone(),
             failing: Mutex::new(false),
         });
-        let mut syncer = Syncer::new(switch.clone(), Duration::from_secs(3600));
+        let metrics = Arc::new(ProxyMetrics::new(
+            crate::metrics::Mode::Iptables,
+            Duration::from_secs(60),
+        ));
+        let mut syncer =
+            Syncer::new(switch.clone(), Duration::from_secs(3600)).with_metrics(metrics.clone());
         let first = render_rules(&state("10.96.0.1"));
         let second = render_rules(&state("10.96.0.2"));
         assert_eq!(syncer.sync(first).unwrap(), SyncKind::Full);
         *switch.failing.lock().unwrap() = true;
         assert!(syncer.sync(second.clone()).is_err());
+        // A partial restore failed: counted as both.
+        let text = metrics.render();
+        for failures in [
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total 1\n",
+            "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total 1\n",
+        ] {
+            assert!(text.contains(failures), "{failures}");
+        }
         *switch.failing.lock().unwrap() = false;
         assert_eq!(syncer.sync(second.clone()).unwrap(), SyncKind::Full);
+        let total = |table: &str| {
+            second
+                .tables
+                .iter()
+                .filter(|t| t.name == table)
+                .flat_map(|t| &t.chains)
+                .map(|(_, r)| r.len())
+                .sum::<usize>()
+        };
+        let text = metrics.render();
+        for table in ["filter", "nat"] {
+            // A full sync writes every rule the proxier owns.
+            for family in ["total", "last"] {
+                let series = format!(
+                    "kubeproxy_sync_proxy_rules_iptables_{family}{{table=\"{table}\"}} {}\n",
+                    total(table)
+                );
+                assert!(text.contains(&series), "{series}{text}");
+            }
+        }
         assert_eq!(fake.restored.lock().unwrap()[1], second.to_restore());
     }
 }

@@ -56,14 +56,18 @@ pub async fn run(
     config: ProxyConfig,
     ipt: Arc<dyn Iptables>,
     periods: Periods,
+    metrics: Arc<crate::metrics::ProxyMetrics>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
-    let syncer = std::sync::Mutex::new(apply::Syncer::new(ipt, FULL_SYNC_PERIOD));
+    let syncer = std::sync::Mutex::new(
+        apply::Syncer::new(ipt, FULL_SYNC_PERIOD).with_metrics(metrics.clone()),
+    );
     runner::run_proxier(
         caches,
         config,
         periods,
         "iptables",
+        metrics,
         shutdown,
         move |snapshot| {
             let rules = render_rules(&snapshot.to_state());

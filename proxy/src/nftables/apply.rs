@@ -242,6 +242,7 @@ pub struct Syncer {
     owners: HashMap<(&'static str, String), BTreeSet<ServiceKey>>,
     in_kernel: bool,
     last_full: Option<Instant>,
+    metrics: Option<Arc<crate::metrics::ProxyMetrics>>,
 }
 
 impl Syncer {
@@ -255,7 +256,23 @@ impl Syncer {
             owners: HashMap::new(),
             in_kernel: false,
             last_full: None,
+            metrics: None,
         }
+    }
+
+    /// Failed syncs are counted in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::ProxyMetrics>) -> Syncer {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// `nft` with `script`, a failure counted.
+    fn run(&self, script: &str) -> Result<(), Error> {
+        let result = self.nft.run(script);
+        if let (Err(_), Some(m)) = (&result, &self.metrics) {
+            m.nftables_sync_failed();
+        }
+        result
     }
 
     /// [`Syncer::sync`] for owned objects (tests, benchmarks): unchanged objects are then
@@ -379,11 +396,11 @@ impl Syncer {
         let kind = match plan {
             Plan::Unchanged => SyncKind::Unchanged,
             Plan::Partial(script) => {
-                self.nft.run(&script)?;
+                self.run(&script)?;
                 SyncKind::Partial
             }
             Plan::Full => {
-                self.nft.run(&self.ruleset().to_script())?;
+                self.run(&self.ruleset().to_script())?;
                 self.last_full = Some(Instant::now());
                 SyncKind::Full
             }
@@ -628,12 +645,22 @@ mod tests {
     #[test]
     fn a_failed_sync_makes_the_next_one_full() {
         let switch = Arc::new(Switch::default());
-        let mut syncer = Syncer::new(switch.clone(), FULL_SYNC_PERIOD);
+        let metrics = Arc::new(crate::metrics::ProxyMetrics::new(
+            crate::metrics::Mode::Nftables,
+            Duration::from_secs(60),
+        ));
+        let mut syncer =
+            Syncer::new(switch.clone(), FULL_SYNC_PERIOD).with_metrics(metrics.clone());
         let first = state("10.96.0.1");
         let second = state("10.96.0.2");
         assert_eq!(syncer.sync_state(&first).unwrap(), SyncKind::Full);
         *switch.failing.lock().unwrap() = true;
         assert!(syncer.sync_state(&second).is_err());
+        assert!(
+            metrics
+                .render()
+                .contains("\nkubeproxy_sync_proxy_rules_nftables_sync_failures_total 1\n")
+        );
         *switch.failing.lock().unwrap() = false;
         assert_eq!(syncer.sync_state(&second).unwrap(), SyncKind::Full);
         assert_eq!(

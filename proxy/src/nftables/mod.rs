@@ -23,14 +23,18 @@ pub async fn run(
     config: ProxyConfig,
     nft: Arc<dyn Nft>,
     periods: Periods,
+    metrics: Arc<crate::metrics::ProxyMetrics>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
-    let syncer = std::sync::Mutex::new(Syncer::new(nft, apply::FULL_SYNC_PERIOD));
+    let syncer = std::sync::Mutex::new(
+        Syncer::new(nft, apply::FULL_SYNC_PERIOD).with_metrics(metrics.clone()),
+    );
     runner::run_proxier(
         caches,
         config,
         periods,
         "nftables",
+        metrics,
         shutdown,
         move |snapshot| {
             let mut syncer = syncer.lock().unwrap_or_else(|e| e.into_inner());

@@ -9,60 +9,17 @@ mod providers;
 pub use config::{ConfigError, GroupResource, Transformers};
 pub use providers::{Provider, ProviderKind, TransformError, Transformer};
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
 
+use super::layout::KeyLayout;
 use super::{
     DynStore, Event, KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError,
     WatchStream,
 };
-
-/// Which group-resource a storage key belongs to, from the key layout of the built-in kinds
-/// (`/registry/<resource>/` for the core and older groups, `/registry/<group>/<resource>/`
-/// for the others and custom resources).
-#[derive(Debug)]
-struct KeyLayout {
-    roots: BTreeMap<String, (String, String)>,
-}
-
-impl KeyLayout {
-    fn built_in() -> KeyLayout {
-        let mut roots = BTreeMap::new();
-        // The core kinds come first: events.k8s.io's events are stored as core events.
-        for info in minik8s_api::registry::built_in() {
-            roots
-                .entry(info.key_root())
-                .or_insert((info.group.clone(), info.plural.clone()));
-        }
-        KeyLayout { roots }
-    }
-
-    fn group_resource<'a>(&'a self, key: &'a str) -> Option<(&'a str, &'a str)> {
-        let rest = key.strip_prefix("/registry/")?;
-        let mut parts = rest.splitn(3, '/');
-        let first = parts.next()?;
-        let second = parts.next();
-        // `/registry/services/specs/` has two levels.
-        for depth in [2, 1] {
-            let root = match (depth, second) {
-                (2, Some(second)) => format!("/registry/{first}/{second}/"),
-                (2, None) => continue,
-                _ => format!("/registry/{first}/"),
-            };
-            if let Some((g, r)) = self.roots.get(&root) {
-                return Some((g, r));
-            }
-        }
-        match second {
-            Some(resource) if first.contains('.') => Some((first, resource)),
-            _ => None,
-        }
-    }
-}
 
 /// A [`Store`] that encrypts values as the configuration says; everything else passes.
 #[derive(Clone)]
@@ -227,31 +184,5 @@ impl Store for EncryptedStore {
             // Changed since: the write will meet the new revision and retry.
             _ => Ok(true),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_name_their_group_resource() {
-        let layout = KeyLayout::built_in();
-        let gr = |k| layout.group_resource(k);
-        assert_eq!(gr("/registry/secrets/default/s"), Some(("", "secrets")));
-        assert_eq!(
-            gr("/registry/services/specs/default/s"),
-            Some(("", "services"))
-        );
-        assert_eq!(
-            gr("/registry/deployments/ns/d"),
-            Some(("apps", "deployments"))
-        );
-        assert_eq!(gr("/registry/events/ns/e"), Some(("", "events")));
-        assert_eq!(
-            gr("/registry/stable.example.com/crontabs/ns/c"),
-            Some(("stable.example.com", "crontabs"))
-        );
-        assert_eq!(gr("/other/secrets/x"), None);
     }
 }

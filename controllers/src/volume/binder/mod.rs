@@ -303,12 +303,18 @@ pub async fn run(informers: Arc<Informers>) {
 
     tokio::join!(
         runtime::run(
-            NAME,
+            "claims",
             claims.store(),
             claim_queue,
             claims::reconcile,
             ctx.clone()
         ),
-        runtime::run(NAME, volumes.store(), volume_queue, volumes::reconcile, ctx),
+        runtime::run(
+            "volumes",
+            volumes.store(),
+            volume_queue,
+            volumes::reconcile,
+            ctx
+        ),
     );
 }
