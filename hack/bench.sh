@@ -8,6 +8,9 @@
 #   hack/bench.sh authz [ARGS...] What authorization costs: creates/s and GETs/s of a
 #                                 ServiceAccount-token client allowed by `edit` (among 400 other
 #                                 bindings), --authorization-mode=AlwaysAllow against Node,RBAC.
+#   hack/bench.sh metrics [ARGS...] What monitoring costs the API: creates/s with 1 and 64
+#                                 clients on a server left alone against one whose /metrics is
+#                                 scraped every 5 s (--scrape-interval), rounds alternating.
 #   hack/bench.sh pods [ARGS...]  Pod startup latency on one node with a warm image: create to
 #                                 Running through a watch, 1 pod at a time and 30 at once.
 #   hack/bench.sh scale [ARGS...] Control plane with 100 and 1,000 hollow nodes and 30 pods per
@@ -41,7 +44,7 @@ source "$(dirname "$0")/lib.sh"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
 usage() {
-  sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 build_release() {
@@ -64,6 +67,11 @@ case "$cmd" in
     build_release minik8s minik8s-bench
     log "running the authorization benchmark (AlwaysAllow against Node,RBAC; a few minutes)"
     "$TARGET_DIR/release/minik8s-bench" authz --server-bin "$TARGET_DIR/release/minik8s" "$@"
+    ;;
+  metrics)
+    build_release minik8s minik8s-bench
+    log "running the metrics-scraping benchmark (a few minutes)"
+    "$TARGET_DIR/release/minik8s-bench" metrics --server-bin "$TARGET_DIR/release/minik8s" "$@"
     ;;
   pods)
     install_packages

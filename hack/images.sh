@@ -5,7 +5,10 @@
 #   busybox  docker.io/library/busybox:1.36   Debian's busybox-static
 #   python   docker.io/library/python:3       Debian 12's python3 packages (apt-get download,
 #                                             cached in <data-dir>/images/cache)
-# Usage: hack/images.sh [pause|busybox|python|all]...   (default: all)
+#   prometheus quay.io/prometheus/prometheus:v<version of the installed prometheus>
+#                                             /usr/bin/prometheus (Debian's) and the
+#                                             libraries it loads (libc, ld.so)
+# Usage: hack/images.sh [pause|busybox|python|prometheus|all]...   (default: all)
 # Import them into a containerd with: minik8s image import --address <socket> <data-dir>/images
 source "$(dirname "$0")/lib.sh"
 

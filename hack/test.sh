@@ -3,7 +3,7 @@
 # lack, then unit and integration tests of the workspace (they start their own etcd and
 # servers), then the conformance suite against a fresh cluster from hack/up.sh, the
 # dashboard in a headless browser against that cluster (screenshots in
-# target/dashboard-e2e), functions across a restart of that cluster's server, then the
+# target/dashboard-e2e), the fake device plugin on that cluster's node, functions across a restart of that cluster's server, then the
 # cross-node checks on a 3-node cluster, once per proxy mode, storage on a 3-node cluster,
 # and Prometheus scraping a single-node cluster (hack/up.sh --monitoring).
 source "$(dirname "$0")/lib.sh"
@@ -32,6 +32,8 @@ trap '"$REPO_ROOT/hack/down.sh" >/dev/null 2>&1; rm -rf "$MINIK8S_DATA_DIR"' EXI
 "$REPO_ROOT/hack/conformance.sh"
 log "the dashboard in headless Chromium, against the same cluster"
 "$REPO_ROOT/hack/e2e-dashboard.sh"
+log "devices: the fake device plugin on the same cluster's node"
+"$REPO_ROOT/hack/e2e-devices.sh"
 log "functions across a restart of the server"
 "$REPO_ROOT/hack/e2e-functions.sh"
 # One cluster at a time: the multi-node cluster's host node uses the same pod range.

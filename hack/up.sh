@@ -2,8 +2,8 @@
 # Brings up an all-in-one minik8s cluster in the background and points kubectl at it.
 # Data lives in $MINIK8S_DATA_DIR (default /var/lib/minik8s); running it again restarts the
 # cluster on the same data. `--nodes N` (N >= 2) adds N-1 worker nodes, each in a network
-# namespace of its own (see hack/multinode.sh). `--monitoring` also starts Prometheus,
-# scraping the cluster (see hack/monitoring.sh).
+# namespace of its own (see hack/multinode.sh). `--monitoring` also runs Prometheus in the
+# cluster, scraping it (see hack/monitoring.sh).
 source "$(dirname "$0")/lib.sh"
 
 NODES=1
@@ -37,6 +37,10 @@ fi
 mkdir -p "$DATA_DIR"
 # Images are built from files on this machine, once; the node imports them when it starts.
 read -r -a wanted <<<"${MINIK8S_IMAGES:-pause busybox python}"
+# Prometheus runs as a pod of its own image.
+if ((MONITORING)) && [[ " ${wanted[*]} " != *" prometheus "* ]]; then
+  wanted+=(prometheus)
+fi
 missing=()
 for image in "${wanted[@]}"; do
   [[ -f "$DATA_DIR/images/$image.tar" ]] || missing+=("$image")

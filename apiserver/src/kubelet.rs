@@ -12,16 +12,15 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
-use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
+use http::{HeaderMap, Request};
 use k8s_openapi::api::core::v1::Node;
 use minik8s_api::ApiError;
 use rustls::RootCertStore;
 use rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
+pub use crate::proxy_transport::is_upgrade;
+use crate::proxy_transport::{Sender, handshake, outgoing, splice};
 use crate::server::ServerError;
 
 /// The user of the API server's client certificate for kubelets, as upstream names it.
@@ -84,30 +83,6 @@ fn tls_error(e: impl std::fmt::Display) -> ServerError {
     ServerError::Tls(e.to_string())
 }
 
-/// Whether the request asks to switch protocols (`Connection: Upgrade` and an `Upgrade`).
-pub fn is_upgrade(headers: &HeaderMap) -> bool {
-    let connection_upgrade = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    connection_upgrade && headers.contains_key(header::UPGRADE)
-}
-
-/// Hop-by-hop headers, not passed on by a proxy (besides an upgrade's own).
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-];
-
 /// Headers of the client that never reach a kubelet: its credentials are the API server's.
 const CLIENT_ONLY: &[&str] = &[
     "authorization",
@@ -127,8 +102,6 @@ fn unreachable(addr: KubeletAddress, e: impl std::fmt::Display) -> ApiError {
         details: None,
     }
 }
-
-type Sender = hyper::client::conn::http1::SendRequest<Body>;
 
 impl KubeletClient {
     /// A client trusting `ca_pem` for kubelets and presenting `cert_pem`/`key_pem`.
@@ -174,15 +147,7 @@ impl KubeletClient {
         .await
         .map_err(|_| unreachable(addr, "tls handshake timeout"))?
         .map_err(|e| unreachable(addr, format!("tls: {e}")))?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| unreachable(addr, e))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(error = %e, "kubelet connection ended");
-            }
-        });
-        Ok(sender)
+        handshake(tls).await.map_err(|e| unreachable(addr, e))
     }
 
     /// Sends `method path_and_query` with `headers` and `body` to the kubelet; the answer's
@@ -196,17 +161,15 @@ impl KubeletClient {
         body: Body,
     ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
         let mut sender = self.connect(addr).await?;
-        let mut req = Request::builder().method(method).uri(path_and_query);
-        for (k, v) in headers {
-            let name = k.as_str();
-            if k != header::HOST && !HOP_BY_HOP.contains(&name) && !CLIENT_ONLY.contains(&name) {
-                req = req.header(k, v);
-            }
-        }
-        req = req.header(header::HOST, host_header(addr));
-        let req = req
-            .body(body)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let req = outgoing(
+            method,
+            path_and_query,
+            headers,
+            CLIENT_ONLY,
+            false,
+            &host_header(addr),
+            body,
+        )?;
         sender
             .send_request(req)
             .await
@@ -219,72 +182,20 @@ impl KubeletClient {
     pub async fn upgrade(
         &self,
         addr: KubeletAddress,
-        mut req: Request<Body>,
+        req: Request<Body>,
         path_and_query: &str,
     ) -> Result<Response, ApiError> {
-        let mut sender = self.connect(addr).await?;
-        let mut out = Request::builder()
-            .method(req.method().clone())
-            .uri(path_and_query);
-        for (k, v) in req.headers() {
-            if k != header::HOST && !CLIENT_ONLY.contains(&k.as_str()) {
-                out = out.header(k, v);
-            }
-        }
-        out = out.header(header::HOST, host_header(addr));
-        let out = out
-            .body(Body::empty())
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let client_upgrade = hyper::upgrade::on(&mut req);
-        let mut resp = sender
-            .send_request(out)
-            .await
-            .map_err(|e| unreachable(addr, e))?;
-        if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-            let status = resp.status();
-            let headers = resp.headers().clone();
-            let body =
-                match tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
-                    .await
-                {
-                    Ok(Ok(b)) => b.to_bytes(),
-                    _ => Bytes::new(),
-                };
-            tracing::debug!(%status, "the kubelet refused the upgrade");
-            let mut r = Response::new(Body::from(body));
-            *r.status_mut() = status;
-            for (k, v) in &headers {
-                if !HOP_BY_HOP.contains(&k.as_str()) && k != header::CONTENT_LENGTH {
-                    r.headers_mut().append(k, v.clone());
-                }
-            }
-            r.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return Ok(r);
-        }
-        let backend_upgrade = hyper::upgrade::on(&mut resp);
-        let mut r = Response::new(Body::empty());
-        *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-        *r.headers_mut() = resp.headers().clone();
-        // The request stays a long-running one in the metrics while its tunnel is open.
-        let held = req.extensions_mut().remove::<crate::metrics::LongRunning>();
-        tokio::spawn(async move {
-            let _held = held;
-            let (client, backend) = match tokio::join!(client_upgrade, backend_upgrade) {
-                (Ok(c), Ok(b)) => (c, b),
-                (c, b) => {
-                    tracing::debug!(client = ?c.err(), backend = ?b.err(), "upgrade did not complete");
-                    return;
-                }
-            };
-            let mut client = TokioIo::new(client);
-            let mut backend = TokioIo::new(backend);
-            match tokio::io::copy_bidirectional(&mut client, &mut backend).await {
-                Ok((up, down)) => tracing::debug!(up, down, "upgraded stream closed"),
-                Err(e) => tracing::debug!(error = %e, "upgraded stream ended"),
-            }
-        });
-        Ok(r)
+        let sender = self.connect(addr).await?;
+        let out = outgoing(
+            req.method().clone(),
+            path_and_query,
+            req.headers(),
+            CLIENT_ONLY,
+            true,
+            &host_header(addr),
+            Body::empty(),
+        )?;
+        splice(sender, req, out, |e| unreachable(addr, e)).await
     }
 }
 
@@ -328,14 +239,5 @@ mod tests {
             err.message.contains("no preferred addresses found"),
             "{err:?}"
         );
-    }
-
-    #[test]
-    fn upgrade_requests() {
-        let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-        assert!(!is_upgrade(&h));
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        assert!(is_upgrade(&h));
     }
 }

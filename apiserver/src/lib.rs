@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod pki;
 mod policy_params;
 pub mod protobuf;
+pub mod proxy_transport;
 pub mod rbac_bootstrap;
 pub mod registry;
 pub mod serve;

@@ -64,6 +64,9 @@ pub struct ApiServer {
     /// How to reach kubelets (logs, exec, port-forward, node proxy); set once certificates
     /// exist.
     pub kubelet: std::sync::OnceLock<Arc<crate::kubelet::KubeletClient>>,
+    /// How `pods/proxy` and `services/proxy` reach pod IPs when not by direct TCP
+    /// (upstream's egress selector for the cluster network).
+    pub cluster_dialer: std::sync::OnceLock<Arc<dyn crate::proxy_transport::ClusterDialer>>,
     /// Services' cluster IPs and node ports.
     pub services: Arc<ServiceAllocator>,
     /// Where audit events go, when the flags turn auditing on.
@@ -111,6 +114,7 @@ impl ApiServer {
             address,
             openapi: OpenApi::new(),
             kubelet: std::sync::OnceLock::new(),
+            cluster_dialer: std::sync::OnceLock::new(),
             audit: std::sync::OnceLock::new(),
             endpoints: RwLock::new(BTreeMap::new()),
             registries: Registries::default(),

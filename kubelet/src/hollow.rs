@@ -87,6 +87,7 @@ impl HollowKubelets {
 
     fn options(&self) -> RunOptions {
         RunOptions {
+            device_plugins: false,
             serve_api: false,
             pod_network: None,
             capacity: Some(self.capacity.clone()),

@@ -8,6 +8,7 @@ pub mod cgroups;
 pub mod cni;
 pub mod config;
 pub mod containerd;
+pub mod devicemanager;
 pub mod env;
 pub mod hollow;
 pub mod images;
@@ -57,6 +58,9 @@ pub struct RunOptions {
     pub pod_network: Option<Vec<String>>,
     /// What the node offers; `None` measures the host.
     pub capacity: Option<Capacity>,
+    /// Serve device plugins (`<root>/device-plugins/kubelet.sock`) and PodResources
+    /// (`<root>/pod-resources/kubelet.sock`), whose devices become extended resources.
+    pub device_plugins: bool,
 }
 
 /// Where a kubelet reads its pods and its Node: informers of a process's shared factory
@@ -113,6 +117,7 @@ pub async fn run(
         serve_api: true,
         pod_network: Some(cluster_ranges),
         capacity: None,
+        device_plugins: true,
     };
     let sources = match shared {
         Some(informers) => Sources::shared(&informers),
@@ -151,11 +156,21 @@ pub async fn run_with(
         .capacity
         .clone()
         .unwrap_or_else(|| node::host_capacity(&config.root_dir));
+    // Plugins may register from here on; the node reports their devices from its first status.
+    // A node without its device sockets (a root too deep for a socket path) still runs pods.
+    let devices = if options.device_plugins {
+        devicemanager::DeviceManager::start(&config.root_dir)
+            .inspect_err(|e| tracing::error!(error = %e, "device plugins not served"))
+            .ok()
+    } else {
+        None
+    };
     let agent = Arc::new(NodeAgent {
         config: config.clone(),
         client: client.clone(),
         runtime: runtime.clone(),
         capacity: capacity.clone(),
+        devices: devices.clone(),
     });
     let node = agent.register().await.map_err(KubeletError::Register)?;
     let network = pod_network(
@@ -194,6 +209,7 @@ pub async fn run_with(
         node_memory: capacity.memory_bytes as f64,
         memory: Mutex::new(Memory::default()),
         metrics,
+        devices: devices.clone(),
     });
     if let Some((listener, tls)) = api {
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "kubelet API serving");
@@ -207,11 +223,17 @@ pub async fn run_with(
         config.node_name.clone(),
         shared.wake.clone(),
     );
+    let devices = async move {
+        if let Some(devices) = devices {
+            devices.run().await;
+        }
+    };
     tokio::join!(
         agent.run(node, sources.nodes),
         pod::manager::run(shared, sources.pods, wakes),
         network,
-        claim_wakeups
+        claim_wakeups,
+        devices
     );
     Ok(())
 }

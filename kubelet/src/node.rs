@@ -115,6 +115,9 @@ pub struct NodeAgent {
     pub client: kube::Client,
     pub runtime: Arc<dyn Runtime>,
     pub capacity: Capacity,
+    /// Device plugins' resources, reported beside the host's (and a status written as soon
+    /// as they change).
+    pub devices: Option<Arc<crate::devicemanager::DeviceManager>>,
 }
 
 impl NodeAgent {
@@ -136,7 +139,7 @@ impl NodeAgent {
     /// The status as observed now; heartbeat and transition times are filled in by `merge`.
     pub async fn observe(&self) -> NodeStatus {
         let c = &self.capacity;
-        let resources: BTreeMap<String, Quantity> = [
+        let mut resources: BTreeMap<String, Quantity> = [
             ("cpu", q(c.cpus)),
             ("memory", q(format!("{}Ki", c.memory_bytes / 1024))),
             ("ephemeral-storage", q(c.ephemeral_bytes)),
@@ -187,9 +190,15 @@ impl NodeAgent {
                 size_bytes: Some(i.size as i64),
             })
             .collect();
+        let mut allocatable = resources.clone();
+        if let Some(devices) = &self.devices {
+            let (capacity, healthy) = devices.resources();
+            resources.extend(capacity);
+            allocatable.extend(healthy);
+        }
         NodeStatus {
-            capacity: Some(resources.clone()),
-            allocatable: Some(resources),
+            capacity: Some(resources),
+            allocatable: Some(allocatable),
             addresses: Some(vec![
                 NodeAddress {
                     type_: "InternalIP".into(),
@@ -304,7 +313,20 @@ impl NodeAgent {
             return Ok(None);
         }
         let api: Api<Node> = Api::all(self.client.clone());
-        let patch = serde_json::json!({"status": status});
+        let mut patch = serde_json::json!({"status": status});
+        // A merge patch keeps keys it does not name: resources gone (a device plugin's,
+        // after its grace period) are removed by naming them null.
+        for field in ["capacity", "allocatable"] {
+            let was = match field {
+                "capacity" => old.capacity.as_ref(),
+                _ => old.allocatable.as_ref(),
+            };
+            for name in was.into_iter().flat_map(|m| m.keys()) {
+                if patch["status"][field].get(name).is_none() {
+                    patch["status"][field][name] = serde_json::Value::Null;
+                }
+            }
+        }
         let node = api
             .patch_status(
                 &self.config.node_name,
@@ -385,8 +407,23 @@ impl NodeAgent {
         let status = async move {
             let mut ticker = tokio::time::interval(self.config.node_status_update_frequency);
             let mut last_report = tokio::time::Instant::now() - REPORT_FREQUENCY;
+            let mut devices = self.devices.as_ref().map(|d| d.changes());
             loop {
-                ticker.tick().await;
+                // Device changes are reported at once: allocatable is what the scheduler
+                // places pods by.
+                match devices.as_mut() {
+                    Some(changes) => tokio::select! {
+                        _ = ticker.tick() => {}
+                        changed = changes.changed() => {
+                            if changed.is_err() {
+                                devices = None;
+                            }
+                        }
+                    },
+                    None => {
+                        ticker.tick().await;
+                    }
+                }
                 if let Some(n) = cluster_view.get(&kube::runtime::reflector::ObjectRef::new(
                     &self.config.node_name,
                 )) {

@@ -152,6 +152,7 @@ async fn start() -> Env {
         node_memory: 8e9,
         memory: Mutex::new(Memory::default()),
         metrics,
+        devices: None,
     });
     let serving = pki
         .issue(

@@ -56,6 +56,7 @@ fn shared(api: &InProcess, fake: Arc<FakeRuntime>, dir: &std::path::Path) -> Sha
         node_memory: 8e9,
         memory: Mutex::new(Memory::default()),
         metrics,
+        devices: None,
     }
 }
 
@@ -462,4 +463,35 @@ async fn ephemeral_containers_start_once_beside_their_target() {
     let outcome = h.shared.sync(&with_debuggers(h.get().await)).await.unwrap();
     assert!(outcome.done);
     assert!(h.fake.running(&uid).is_empty());
+}
+
+/// A pod on the host network has the node's IP, in its status and in its containers'
+/// `status.podIP` (upstream sets it before starting them), and its sandbox no hostname.
+#[tokio::test]
+async fn host_network_pods_have_the_nodes_ip() {
+    let h = harness().await;
+    let uid = h
+        .create(json!({"nodeName": "n1", "hostNetwork": true, "containers": [{
+            "name": "c", "image": "busybox:1.36",
+            "args": ["--listen=$(POD_IP):9090"],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]}))
+        .await
+        .metadata
+        .uid
+        .unwrap();
+    h.sync().await;
+    let status = h.get().await.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert_eq!(status.pod_ip.as_deref(), Some("192.168.50.10"));
+    let (id, _) = h.fake.running(&uid).pop().expect("the container runs");
+    let config = h.fake.container_config(&id).unwrap();
+    assert!(
+        config
+            .envs
+            .iter()
+            .any(|e| e.key == "POD_IP" && e.value == "192.168.50.10"),
+        "{:?}",
+        config.envs
+    );
+    assert_eq!(config.args, ["--listen=192.168.50.10:9090"]);
 }

@@ -60,6 +60,10 @@ pub struct AgentArgs {
     /// create the default `local-path` StorageClass (k3s's `--disable local-storage`).
     #[arg(long)]
     pub disable_local_storage: bool,
+    /// Run the NVIDIA device plugin (`nvidia.com/gpu`) beside the kubelet: `auto` does when
+    /// the machine has NVIDIA GPU device nodes (`/dev/nvidia0`).
+    #[arg(long, value_enum, default_value_t = crate::device_plugin::NvidiaMode::Auto)]
+    pub enable_nvidia_device_plugin: crate::device_plugin::NvidiaMode,
 }
 
 /// The running node: keep it alive as long as the node runs.
@@ -265,6 +269,7 @@ pub async fn start(
             tracing::error!(error = %e, "kubelet stopped");
         }
     });
+    crate::device_plugin::start_nvidia(args.enable_nvidia_device_plugin, data_dir);
     Ok(Agent { containerd })
 }
 

@@ -5,6 +5,7 @@
 mod agent;
 mod bootstrap;
 mod control;
+mod device_plugin;
 mod net;
 mod node;
 mod prometheus_sd;
@@ -89,6 +90,9 @@ enum Command {
     /// Manage bootstrap tokens, with which nodes join (as `kubeadm token`).
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Run a device plugin that registers with this machine's kubelet.
+    #[command(subcommand)]
+    DevicePlugin(device_plugin::DevicePluginCommand),
     /// Serve Prometheus's Kubernetes service discovery over HTTP SD (for a Prometheus built
     /// without `kubernetes_sd_configs`, as Debian's is).
     PrometheusSd(prometheus_sd::Args),
@@ -117,6 +121,7 @@ enum ImageName {
     Pause,
     Busybox,
     Python,
+    Prometheus,
     All,
 }
 
@@ -135,6 +140,9 @@ struct ImageBuildArgs {
     /// The Debian mirror Debian 13's packages come from.
     #[arg(long, default_value = minik8s_kubelet::images::apt::DEFAULT_MIRROR)]
     debian_mirror: String,
+    /// The Prometheus the prometheus image carries, with the libraries it loads.
+    #[arg(long, default_value = minik8s_kubelet::images::prometheus::PROMETHEUS_BINARY)]
+    prometheus: PathBuf,
     /// The images to build.
     #[arg(value_enum, default_value = "all")]
     images: Vec<ImageName>,
@@ -667,12 +675,14 @@ fn build_images(args: ImageBuildArgs) -> anyhow::Result<()> {
     }
     opts.busybox = args.busybox;
     opts.debian_mirror = args.debian_mirror;
+    opts.prometheus = args.prometheus;
     let mut kinds: Vec<ImageKind> = Vec::new();
     for name in args.images {
         let add: &[ImageKind] = match name {
             ImageName::Pause => &[ImageKind::Pause],
             ImageName::Busybox => &[ImageKind::Busybox],
             ImageName::Python => &[ImageKind::Python],
+            ImageName::Prometheus => &[ImageKind::Prometheus],
             ImageName::All => &ImageKind::ALL,
         };
         for &kind in add {
@@ -770,6 +780,7 @@ fn main() -> anyhow::Result<()> {
             Command::Image(ImageCommand::Build(_)) => unreachable!("handled above"),
             Command::Token(command) => token::run(command).await,
             Command::PrometheusSd(args) => prometheus_sd::run(args).await,
+            Command::DevicePlugin(command) => device_plugin::run(command).await,
         }
     })
 }

@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
 
+use crate::kinds::resource_quota::validate_quantity_value;
 use crate::spec_and_status;
 use crate::strategy::Kind;
 use crate::table::{AGE, Column, NAME, Row, age, name, string, text};
@@ -42,6 +43,19 @@ impl Kind for Node {
                     &t.effect,
                     &["NoExecute", "NoSchedule", "PreferNoSchedule"],
                 ));
+            }
+        }
+        // ValidateNode: every quantity in capacity and allocatable (device plugins' extended
+        // resources among them, which count whole devices) is valid for its resource.
+        if let Some(status) = &self.status {
+            for (field, list) in [
+                ("capacity", &status.capacity),
+                ("allocatable", &status.allocatable),
+            ] {
+                let p = Path::new("status").child(field);
+                for (k, v) in list.iter().flatten() {
+                    validate_quantity_value(k, v, &p.child(k), errs);
+                }
             }
         }
     }
@@ -255,6 +269,28 @@ mod tests {
                 json!("<unknown>"),
                 json!("<unknown>"),
                 json!("<unknown>")
+            ]
+        );
+    }
+
+    #[test]
+    fn capacity_counts_whole_devices() {
+        let errors = |status: Value| {
+            let n: Node = serde_json::from_value(node(json!({}), json!({}), status)).unwrap();
+            let mut errs = Vec::new();
+            n.validate(&mut errs);
+            errs.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        assert!(
+            errors(json!({"capacity": {"cpu": "4", "memory": "16Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                          "allocatable": {"cpu": "3500m", "example.com/dev": "0"}}))
+            .is_empty()
+        );
+        assert_eq!(
+            errors(json!({"capacity": {"nvidia.com/gpu": "1500m"}, "allocatable": {"cpu": "-1"}})),
+            [
+                "status.capacity.nvidia.com/gpu: Invalid value: 1500m: must be an integer",
+                "status.allocatable.cpu: Invalid value: \"-1\": must be greater than or equal to 0",
             ]
         );
     }

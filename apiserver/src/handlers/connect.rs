@@ -21,7 +21,7 @@ use crate::registry::external::Operation;
 use crate::server::ApiServer;
 
 /// Whether the request is for a subresource the kubelet serves.
-pub fn is_connect(r: &ResourceRequest) -> bool {
+pub fn is_kubelet(r: &ResourceRequest) -> bool {
     r.group.is_empty()
         && r.version == "v1"
         && r.name.is_some()
@@ -31,7 +31,13 @@ pub fn is_connect(r: &ResourceRequest) -> bool {
         )
 }
 
-/// Serves a connect subresource; `req` is the whole request, body unread.
+/// Whether the request is for a connect subresource: one the kubelet serves, or a pod's or
+/// Service's proxy; their bodies and upgrades pass through unread.
+pub fn is_connect(r: &ResourceRequest) -> bool {
+    is_kubelet(r) || super::proxy::is_proxy(r)
+}
+
+/// Serves a connect subresource the kubelet serves; `req` is the whole request, body unread.
 pub async fn serve(server: &Arc<ApiServer>, r: ResourceRequest, req: Request) -> Response {
     let result = match (r.resource.as_str(), r.subresource.as_deref()) {
         ("pods", Some("log")) => log(server, &r, req).await,

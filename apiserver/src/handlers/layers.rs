@@ -232,6 +232,7 @@ fn request_labels(r: &ResourceRequest, req: &Request) -> RequestLabels {
             Verb::Patch if apply => "APPLY",
             Verb::Patch => "PATCH",
             Verb::Delete | Verb::DeleteCollection => "DELETE",
+            Verb::Unnamed => "other",
         }
     };
     let scope = if r.name.is_some() || r.verb == Verb::Create {

@@ -18,6 +18,7 @@ pub mod namespaces;
 pub mod openapi;
 pub mod openid;
 pub mod pods;
+pub mod proxy;
 pub mod render;
 pub mod request;
 pub mod resource;
@@ -210,9 +211,13 @@ async fn api(State(server): State<Arc<ApiServer>>, mut req: Request) -> Response
         (Target::Resource(r), Some(endpoint)) => (r, endpoint),
         (Target::Resource(_), None) => return status_response(&ApiError::path_not_found()),
     };
-    if connect::is_connect(&r) {
+    if connect::is_kubelet(&r) {
         // Served by a kubelet: the body (if any) and upgrades pass through unread.
         return connect::serve(&server, r, req).await;
+    }
+    if proxy::is_proxy(&r) {
+        // Served by a pod: the body (if any) and upgrades pass through unread.
+        return proxy::serve(&server, r, req).await;
     }
     let (parts, body) = req.into_parts();
     // Already read whole by `limit_body`; this only takes it out.

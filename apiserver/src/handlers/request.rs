@@ -13,6 +13,9 @@ pub enum Verb {
     Patch,
     Delete,
     DeleteCollection,
+    /// A method with no verb of its own (OPTIONS, served only by the proxy subresources):
+    /// upstream names it `""`, which only a `*` rule allows.
+    Unnamed,
 }
 
 impl Verb {
@@ -26,6 +29,7 @@ impl Verb {
             Verb::Patch => "patch",
             Verb::Delete => "delete",
             Verb::DeleteCollection => "deletecollection",
+            Verb::Unnamed => "",
         }
     }
 }
@@ -150,6 +154,7 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> Option<Target>
                 Verb::DeleteCollection
             }
         }
+        Method::OPTIONS if subpath.is_some() => Verb::Unnamed,
         _ => return None,
     };
     Some(Target::Resource(ResourceRequest {
@@ -245,5 +250,15 @@ mod tests {
         let r = res(Method::GET, "/api/v1/nodes/n1/proxy", None);
         assert_eq!(r.subpath.as_deref(), Some(""));
         assert!(parse(&Method::GET, "/api/v2/pods", None).is_none());
+        let r = res(
+            Method::OPTIONS,
+            "/api/v1/namespaces/m/services/http:prometheus:9090/proxy/api/v1/query",
+            None,
+        );
+        assert_eq!(
+            (r.name.as_deref(), r.subpath.as_deref(), r.verb.as_str()),
+            (Some("http:prometheus:9090"), Some("/api/v1/query"), "")
+        );
+        assert!(parse(&Method::OPTIONS, "/api/v1/namespaces/m/pods/p", None).is_none());
     }
 }

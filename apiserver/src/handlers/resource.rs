@@ -538,7 +538,7 @@ impl<S: Strategy> ResourceEndpoint<S> {
                     &format!("{} on {sub}", t.verb.as_str()),
                 ))
             }
-            (_, Some(_)) => Err(ApiError::path_not_found()),
+            (_, Some(_)) | (Verb::Unnamed, None) => Err(ApiError::path_not_found()),
         }
     }
 

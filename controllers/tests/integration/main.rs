@@ -29,6 +29,7 @@ mod replication;
 mod resourcequota;
 mod rootcacertpublisher;
 mod scheduler;
+mod scheduler_devices;
 mod scheduler_pods;
 mod scheduler_volumes;
 mod serviceaccount;

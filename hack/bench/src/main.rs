@@ -13,6 +13,7 @@ mod pods;
 mod proc;
 mod proxy;
 mod scale;
+mod scraping;
 mod stats;
 mod storage;
 mod watchers;
@@ -40,6 +41,9 @@ enum Command {
     /// What authorization costs: creates and GETs by a ServiceAccount-token client with
     /// `--authorization-mode=AlwaysAllow` against `Node,RBAC`.
     Authz(authz::AuthzArgs),
+    /// What monitoring costs the API: creates/s of a server left alone against one whose
+    /// `/metrics` is scraped every 5 s.
+    Metrics(scraping::MetricsArgs),
     /// Pod startup latency on one node (create to Running, through a watch).
     Pods(pods::PodsArgs),
     /// Control-plane scale with hollow nodes: scheduling rate, time to Running, API latency, RSS.
@@ -118,6 +122,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Api(args) => api::run(args).await,
             Command::Authz(args) => authz::run(args).await,
+            Command::Metrics(args) => scraping::run(args).await,
             Command::Pods(args) => pods::run(args).await,
             Command::Scale(args) => scale::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,

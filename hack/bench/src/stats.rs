@@ -24,6 +24,10 @@ impl Samples {
         self.0.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The nearest-rank percentile `p` (0..=100), in milliseconds; NaN without samples.
     pub fn percentile_ms(&self, p: f64) -> f64 {
         if self.0.is_empty() {

@@ -5,6 +5,8 @@
 //!   1.35 crashes on `wget -T`, which half of all tutorials run) and its applet links.
 //! - `docker.io/library/python:3`: Debian 12's python3 packages and the libraries they need,
 //!   fetched with `apt-get download` into a cache and unpacked with `dpkg-deb -x`.
+//! - `quay.io/prometheus/prometheus:v<version>`: the Prometheus installed on this machine and
+//!   the libraries it loads (see [`super::prometheus`]).
 
 use std::fmt;
 use std::fs::File;
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::apt::{self, Apt};
 use super::oci::{ContainerConfig, ImageSpec, Tree, WrittenImage, write_archive};
+use super::prometheus;
 use super::{Error, IoContext, Result, ensure_dir, run};
 
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.9";
@@ -23,7 +26,8 @@ pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:1.36";
 pub const PYTHON_IMAGE: &str = "docker.io/library/python:3";
 
 const PAUSE_SOURCE: &str = include_str!("../../../hack/images/pause.c");
-const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(super) const DEFAULT_PATH: &str =
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const PASSWD: &str =
     "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
 const GROUP: &str = "root:x:0:\nnogroup:x:65534:\nnobody:x:65534:\n";
@@ -75,25 +79,34 @@ pub enum ImageKind {
     Pause,
     Busybox,
     Python,
+    Prometheus,
 }
 
 impl ImageKind {
-    pub const ALL: [ImageKind; 3] = [ImageKind::Pause, ImageKind::Busybox, ImageKind::Python];
+    pub const ALL: [ImageKind; 4] = [
+        ImageKind::Pause,
+        ImageKind::Busybox,
+        ImageKind::Python,
+        ImageKind::Prometheus,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             ImageKind::Pause => "pause",
             ImageKind::Busybox => "busybox",
             ImageKind::Python => "python",
+            ImageKind::Prometheus => "prometheus",
         }
     }
 
-    /// The full reference the image is imported under.
+    /// The full reference the image is imported under; for prometheus the repository only,
+    /// as its tag is the version of the binary it carries ([`prometheus::reference`]).
     pub fn reference(self) -> &'static str {
         match self {
             ImageKind::Pause => PAUSE_IMAGE,
             ImageKind::Busybox => BUSYBOX_IMAGE,
             ImageKind::Python => PYTHON_IMAGE,
+            ImageKind::Prometheus => prometheus::PROMETHEUS_REPOSITORY,
         }
     }
 
@@ -115,7 +128,11 @@ impl FromStr for ImageKind {
         ImageKind::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| Error::Invalid(format!("unknown image {s:?} (pause, busybox, python)")))
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "unknown image {s:?} (pause, busybox, python, prometheus)"
+                ))
+            })
     }
 }
 
@@ -134,6 +151,9 @@ pub struct BuildOptions {
     pub cc: PathBuf,
     /// The CA bundle put into the python image.
     pub ca_bundle: PathBuf,
+    /// The Prometheus the prometheus image carries (dynamically linked ones with the
+    /// libraries `ldd` names).
+    pub prometheus: PathBuf,
 }
 
 impl BuildOptions {
@@ -146,6 +166,7 @@ impl BuildOptions {
             debian_mirror: apt::DEFAULT_MIRROR.to_string(),
             cc: PathBuf::from("gcc"),
             ca_bundle: PathBuf::from("/etc/ssl/certs/ca-certificates.crt"),
+            prometheus: PathBuf::from(prometheus::PROMETHEUS_BINARY),
         }
     }
 }
@@ -165,13 +186,18 @@ pub fn build(kind: ImageKind, opts: &BuildOptions) -> Result<BuiltImage> {
         .prefix(".build-")
         .tempdir_in(ensure_dir(&opts.out_dir)?)
         .ctx(|| format!("scratch directory in {}", opts.out_dir.display()))?;
+    let mut reference = kind.reference().to_string();
     let (tree, config, created_by) = match kind {
         ImageKind::Pause => pause_tree(opts, scratch.path())?,
         ImageKind::Busybox => busybox_tree(opts, scratch.path())?,
         ImageKind::Python => python_tree(opts, scratch.path())?,
+        ImageKind::Prometheus => {
+            reference = prometheus::reference(&opts.prometheus)?;
+            prometheus::tree(&opts.prometheus)?
+        }
     };
     let spec = ImageSpec {
-        reference: kind.reference().to_string(),
+        reference: reference.clone(),
         config,
         layers: vec![tree],
         created_by: vec![created_by],
@@ -179,7 +205,7 @@ pub fn build(kind: ImageKind, opts: &BuildOptions) -> Result<BuiltImage> {
     let image = write_archive(&spec, &opts.out_dir.join(kind.file_name()))?;
     let duration = start.elapsed();
     tracing::info!(
-        image = kind.reference(),
+        image = reference,
         path = %image.path.display(),
         digest = %image.manifest.digest,
         size = image.archive_size,
@@ -244,7 +270,7 @@ fn pause_tree(opts: &BuildOptions, scratch: &Path) -> Result<Built> {
 }
 
 /// The base directories of a small Linux root filesystem.
-fn base_dirs(tree: &mut Tree) -> Result<()> {
+pub(super) fn base_dirs(tree: &mut Tree) -> Result<()> {
     for dir in ["dev", "etc", "home", "proc", "sys", "usr/local/bin", "var"] {
         tree.dir(dir, 0o755)?;
     }
@@ -338,8 +364,19 @@ fn busybox_tree(opts: &BuildOptions, scratch: &Path) -> Result<Built> {
     Ok((tree, config, format!("{source}, {applets} applets")))
 }
 
-/// Where a path of a Debian package goes in the image: merged /usr as in Debian 12
-/// (`/lib` → `/usr/lib`, ...), without manuals and documentation (copyright files stay).
+/// A path of the root filesystem under a merged /usr as in Debian 12 (`lib/x` → `usr/lib/x`,
+/// ...; `bin`, `sbin`, `lib`, `lib64` themselves are links into /usr).
+pub(super) fn usr_merged(rel: &str) -> String {
+    for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+        if rel == top || rel.starts_with(&format!("{top}/")) {
+            return format!("usr/{rel}");
+        }
+    }
+    rel.to_string()
+}
+
+/// Where a path of a Debian package goes in the image: merged /usr (see [`usr_merged`]),
+/// without manuals and documentation (copyright files stay).
 fn python_path(rel: &str) -> Option<String> {
     for skip in ["usr/share/man", "usr/share/info", "usr/share/lintian"] {
         if rel == skip || rel.starts_with(&format!("{skip}/")) {
@@ -353,12 +390,7 @@ fn python_path(rel: &str) -> Option<String> {
             return None;
         }
     }
-    for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
-        if rel == top || rel.starts_with(&format!("{top}/")) {
-            return Some(format!("usr/{rel}"));
-        }
-    }
-    Some(rel.to_string())
+    Some(usr_merged(rel))
 }
 
 fn python_tree(opts: &BuildOptions, scratch: &Path) -> Result<Built> {

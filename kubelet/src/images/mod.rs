@@ -6,6 +6,7 @@ pub mod apt;
 pub mod build;
 pub mod import;
 pub mod oci;
+pub mod prometheus;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -82,6 +82,7 @@ impl PodManager {
                     }
                 }
                 self.shared.prober.forget_pod(&uid);
+                self.shared.release_devices(&uid);
                 self.finish(&uid);
                 return;
             };
@@ -174,6 +175,22 @@ pub async fn run(
         pods: pods.by_node(),
         workers: Mutex::new(HashMap::new()),
     });
+    if let Some(devices) = &shared.devices {
+        // Pods that may hold devices: this node's, until they finish.
+        let manager = manager.clone();
+        devices.set_active_pods(Arc::new(move || {
+            manager
+                .mine()
+                .into_iter()
+                .filter(|p| {
+                    !matches!(
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                        Some("Succeeded" | "Failed")
+                    )
+                })
+                .collect()
+        }));
+    }
     // The UIDs of this node's pods that a change concerns: a pod bound here, or one that was
     // (every pod after a relist, including those whose deletion it found).
     let events = {

@@ -261,7 +261,13 @@ pub fn sandbox_config(config: &KubeletConfig, pod: &Pod, attempt: u32) -> cri::P
     let spec = pod.spec.as_ref().expect("pod spec");
     let name = pod.metadata.name.clone().unwrap_or_default();
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let (hostname, _) = hostname_and_domain(config, pod);
+    // As upstream's generatePodSandboxConfig: a pod on the host network has the host's UTS
+    // namespace, so its sandbox names no hostname (the runtime refuses to set one there).
+    let hostname = if host_network(pod) {
+        String::new()
+    } else {
+        hostname_and_domain(config, pod).0
+    };
     let port_mappings = spec
         .containers
         .iter()
@@ -624,6 +630,27 @@ mod tests {
             s.linux.unwrap().cgroup_parent,
             "/kubepods/besteffort/pod1_2"
         );
+    }
+
+    #[test]
+    fn only_pods_with_a_network_of_their_own_have_a_hostname() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "team", "uid": "1-2"},
+            "spec": {"hostname": "front", "containers": [{"name": "c", "image": "busybox"}]}
+        }));
+        assert_eq!(sandbox_config(&config(), &p, 0).hostname, "front");
+        let mut host = p.clone();
+        host.spec.as_mut().unwrap().host_network = Some(true);
+        let s = sandbox_config(&config(), &host, 0);
+        assert_eq!(s.hostname, "");
+        let ns = s
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
     }
 
     #[test]

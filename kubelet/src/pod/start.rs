@@ -201,6 +201,17 @@ impl Shared {
         if let Kind::Ephemeral { target_id } = kind {
             ephemeral::adjust(&mut config, target_id);
         }
+        if let Some(devices) = &self.devices {
+            match devices.run_options(pod, &c.name).await {
+                Ok(options) => options.apply(&mut config),
+                Err(message) => {
+                    self.container_failed(pod, &c.name, "CreateContainerConfigError", message)
+                        .await;
+                    return false;
+                }
+            }
+            phases.mark("devices");
+        }
         let created = self
             .runtime
             .create_container(sandbox.id, config, sandbox.config.clone())

@@ -76,6 +76,8 @@ pub struct Shared {
     pub memory: Mutex<Memory>,
     /// This kubelet's metrics (its runtime's calls are recorded by the runtime wrapper).
     pub metrics: Arc<crate::metrics::KubeletMetrics>,
+    /// Device plugins' devices (`None`: this kubelet serves no device plugins).
+    pub devices: Option<Arc<crate::devicemanager::DeviceManager>>,
 }
 
 /// The pod cgroup's memory limit (when every container has one) and cpu shares.
@@ -427,6 +429,46 @@ impl Shared {
         Ok(())
     }
 
+    /// Frees the devices a pod held (it finished, or is gone).
+    pub fn release_devices(&self, pod_uid: &str) {
+        if let Some(devices) = &self.devices {
+            devices.release(pod_uid);
+        }
+    }
+
+    /// Rejects a pod that could not get its devices, as upstream's admission does: phase
+    /// Failed, reason `UnexpectedAdmissionError`, and an event saying why.
+    async fn reject(
+        &self,
+        pod: &Pod,
+        e: &crate::devicemanager::AllocateError,
+    ) -> Result<(), kube::Error> {
+        const REASON: &str = "UnexpectedAdmissionError";
+        let message = format!("Allocate failed due to {e}, which is unexpected");
+        tracing::info!(pod = %pod_display(pod), %message, "pod rejected");
+        self.event(pod, None, true, REASON, message.clone()).await;
+        self.release_devices(uid(pod));
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        let patch = serde_json::json!({
+            "metadata": {"uid": uid(pod)},
+            "status": {
+                "phase": "Failed",
+                "reason": REASON,
+                "message": format!("Pod was rejected: {message}"),
+            }
+        });
+        api.patch_status(
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Writes the status through the status subresource when it changed.
     async fn report(&self, pod: &Pod, rt: &RuntimePod) -> Result<(), kube::Error> {
         let (waiting, probes) = {
@@ -567,11 +609,18 @@ impl Shared {
             Some("Succeeded" | "Failed")
         );
         if terminal {
+            self.release_devices(&pod_uid);
             if rt.sandboxes.iter().any(|s| s.ready)
                 || rt.containers.iter().any(|c| c.state == State::Running)
             {
                 self.kill_pod(pod, &rt).await?;
             }
+            return Ok(Outcome::default());
+        }
+        if let Some(devices) = &self.devices
+            && let Err(e) = devices.admit(pod).await
+        {
+            self.reject(pod, &e).await?;
             return Ok(Outcome::default());
         }
         let spec = pod.spec.as_ref().expect("pod spec");
@@ -655,7 +704,10 @@ impl Shared {
                     .await?,
             );
         }
+        // A pod on the host network has the node's IP (upstream's kubelet sets it before
+        // SyncPod, #24576): its containers' `status.podIP` is the node's, as its status.
         let pod_ip = match &sandbox_id {
+            Some(_) if actions::host_network(pod) => self.config.node_ip.to_string(),
             Some(id) => self
                 .runtime
                 .pod_sandbox_status(id)
@@ -710,6 +762,7 @@ impl Shared {
         let rt = self.runtime_pod(uid(pod)).await?;
         self.report(pod, &rt).await?;
         self.remove_pod(&rt).await?;
+        self.release_devices(uid(pod));
         let api: Api<Pod> = Api::namespaced(
             self.client.clone(),
             pod.metadata.namespace.as_deref().unwrap_or("default"),

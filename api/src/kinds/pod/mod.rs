@@ -4,6 +4,7 @@
 
 pub mod ephemeral;
 pub mod references;
+pub mod resources;
 mod table;
 pub mod validation;
 

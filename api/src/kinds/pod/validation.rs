@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::resources::validate_resource_requirements;
 use crate::validation::{
     Errors, FieldError, Path, dns1123_label, dns1123_subdomain, validate_annotations,
     validate_labels,
@@ -218,6 +219,9 @@ fn validate_container(
             pp,
             PULL_POLICIES,
         ));
+    }
+    if let Some(r) = &c.resources {
+        validate_resource_requirements(r, &p.child("resources"), errs);
     }
     let mut port_names = BTreeSet::new();
     for (i, port) in c.ports.iter().flatten().enumerate() {

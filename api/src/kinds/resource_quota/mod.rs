@@ -312,7 +312,7 @@ const INTEGER_RESOURCES: &[&str] = &[
 const QUANTITY_FORMAT: &str =
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 
-fn is_huge_page(name: &str) -> bool {
+pub(crate) fn is_huge_page(name: &str) -> bool {
     name.starts_with("hugepages-")
 }
 
