@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cross-node networking end to end, with stock kubectl against a fresh 3-node cluster from
 # hack/up.sh --nodes 3 (the host and two worker namespaces; see hack/multinode.sh):
-#   - pod to pod across nodes (host-gw routes of the route agents);
+#   - pod to pod across nodes (host-gw routes of the route agents, or the VXLAN overlay:
+#     its devices, the Nodes' Flannel leases and the pods' MTU are checked too);
 #   - a ClusterIP Service over 3 pods on 2 nodes, from a pod on the third: >= 2 backends answer;
 #   - a NodePort, from inside one worker's namespace to the other worker's address;
 #   - deleting a Service removes its rules on the nodes;
@@ -14,6 +15,8 @@
 #   - restarting a worker's `minik8s node` (its proxier) keeps the rules and an established
 #     connection through a ClusterIP.
 # MINIK8S_PROXY_MODE=nftables runs every node's proxier in nftables mode (default iptables).
+# MINIK8S_POD_NETWORK=vxlan runs it on hack/up.sh's routed network (no shared L2) with the
+# VXLAN backend; the default is host-gw on one bridge.
 # Uses its own data dir and port; everything it starts is removed on exit (hack/down.sh --purge).
 # Its pod range is the single-node cluster's too: run it while no other cluster runs here.
 source "$(dirname "$0")/lib.sh"
@@ -30,7 +33,7 @@ DATA_DIR="$MINIK8S_DATA_DIR"
 if [[ -z "${MINIK8S_KEEP:-}" ]]; then
   trap '"$REPO_ROOT/hack/down.sh" --purge >/dev/null 2>&1 || true' EXIT
 fi
-"$REPO_ROOT/hack/up.sh" --nodes 3
+"$REPO_ROOT/hack/up.sh" --nodes 3 --pod-network "$MN_POD_NETWORK"
 export KUBECONFIG="$DATA_DIR/admin.kubeconfig"
 NS=e2e-net
 PROXY_MODE="${MINIK8S_PROXY_MODE:-iptables}"
@@ -47,8 +50,8 @@ nat_rules() {
 dnat_text() {
   if [[ "$PROXY_MODE" == nftables ]]; then echo "dnat to $1"; else echo "--to-destination $1"; fi
 }
-log "proxy mode: $PROXY_MODE"
-W1=mk8s-node1 W1_IP=172.30.0.2 W2=mk8s-node2 W2_IP=172.30.0.3
+log "proxy mode: $PROXY_MODE, pod network: $MN_POD_NETWORK"
+W1=mk8s-node1 W1_IP="$(mn_ip 1)" W2=mk8s-node2 W2_IP="$(mn_ip 2)"
 BIN="${MINIK8S_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/minik8s}"
 HOST="$(kubectl get nodes -o name | sed 's|node/||' | grep -v '^mk8s-node' | head -1)"
 kubectl create namespace "$NS" >/dev/null
@@ -120,6 +123,22 @@ done
 # And back: the host's pod reaches worker 2's.
 client_ip="$(kubectl -n "$NS" get pod client -o jsonpath='{.status.podIP}')"
 kubectl -n "$NS" exec web-0 -- ping -c 1 -W 3 "$client_ip" >/dev/null || fail "web-0 cannot ping client at $client_ip"
+if [[ "$MN_POD_NETWORK" != host-gw ]]; then
+  log "the VXLAN overlay: Flannel leases on every Node, devices, routes, pod MTU"
+  for n in $(kubectl get nodes -o name); do
+    lease="$(kubectl get "$n" -o jsonpath='{.metadata.annotations.flannel\.alpha\.coreos\.com/backend-type} {.metadata.annotations.flannel\.alpha\.coreos\.com/backend-data}')"
+    [[ "$lease" =~ ^vxlan\ \{\"VNI\":1,\"VtepMAC\":\"([0-9a-f]{2}:){5}[0-9a-f]{2}\"\}$ ]] || fail "$n carries no vxlan lease: $lease"
+  done
+  dev="$(nsenter --net="/run/netns/$W2" ip -d link show flannel.1)"
+  [[ "$dev" == *"mtu 1450 "* && "$dev" == *"vxlan id 1 local $W2_IP "* && "$dev" == *"dstport 8472 "* && "$dev" == *nolearning* ]] ||
+    fail "$W2's flannel.1 is not as Flannel makes it: $dev"
+  routes="$(nsenter --net="/run/netns/$W2" ip route show proto "$MN_ROUTE_PROTOCOL")"
+  (($(grep -c 'dev flannel.1 .*onlink' <<<"$routes") == 2)) || fail "$W2 lacks the 2 overlay routes: $routes"
+  mtu="$(kubectl -n "$NS" exec client -- cat /sys/class/net/eth0/mtu)"
+  [[ "$mtu" == 1450 ]] || fail "the client pod's MTU is $mtu, not 1450"
+  # A packet of the pods' full MTU (1422 data + 28 header bytes) crosses the overlay.
+  kubectl -n "$NS" exec web-0 -- ping -c 1 -W 3 -s 1422 "$client_ip" >/dev/null || fail "a 1450-byte ping from web-0 to the client fails"
+fi
 
 log "ClusterIP Service over 3 pods on 2 nodes"
 kubectl -n "$NS" expose pod web-0 --name web --port 80 --selector app=web >/dev/null

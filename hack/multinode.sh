@@ -3,6 +3,11 @@
 # network namespace mk8s-nodeK joined by a veth to the bridge mk8s0, which has no uplink: the
 # namespaces have no default route, only the bridge subnet and the pod routes the route agents
 # add, so no cluster traffic can leave the machine.
+# `--pod-network vxlan` (or auto; $MINIK8S_POD_NETWORK) builds a routed network instead, with no
+# shared L2 (so host-gw could not work): a router namespace mk8s-router, the host joined to it
+# by the veth mk8s0 (172.30.0.1/24) and each worker K by a veth of its own (172.30.K.2/24,
+# router 172.30.K.1); every node routes 172.30.0.0/16 via the router and nothing else, so still
+# nothing leaves the machine. Pods then reach other nodes through the VXLAN overlay.
 # The workers join the namespace with `nsenter --net`, not `ip netns exec`: the latter remounts
 # /sys, which hides /sys/fs/cgroup from runc and the kubelet.
 
@@ -12,10 +17,14 @@ MN_HOST_BRIDGE=mk8s-cni0        # the host node's pod bridge (the single-node cl
 MN_HOST_CGROUP=/mk8s-host
 MN_ROUTE_PROTOCOL="${MINIK8S_ROUTE_PROTOCOL:-212}"
 MN_KUBELET_PORT="${MINIK8S_KUBELET_PORT:-10260}" # the host node's; workers keep 10250
+MN_POD_NETWORK="${MINIK8S_POD_NETWORK:-host-gw}" # host-gw | vxlan | auto (--pod-network-mode)
+MN_ROUTER=mk8s-router
 
 mn_ns() { echo "mk8s-node$1"; }
 mn_dir() { echo "$DATA_DIR/nodes/$1"; }
-mn_ip() { echo "$MN_NET.$(($1 + 1))"; }
+# Whether the nodes sit on separate subnets behind $MN_ROUTER (every mode but host-gw).
+mn_routed() { [[ "$MN_POD_NETWORK" != host-gw ]]; }
+mn_ip() { if mn_routed; then echo "172.30.$1.2"; else echo "$MN_NET.$(($1 + 1))"; fi; }
 
 # The server's flags for the host node of a multi-node cluster. Its cluster DNS listens on
 # the node address only ($MN_NET.1:53, see mn_check_dns_port); the workers' proxiers DNAT
@@ -23,7 +32,7 @@ mn_ip() { echo "$MN_NET.$(($1 + 1))"; }
 mn_server_args() {
   echo --advertise-address "$MN_NET.1" --node-ip "$MN_NET.1" --bridge "$MN_HOST_BRIDGE" \
     --cgroup-root "$MN_HOST_CGROUP" --route-protocol "$MN_ROUTE_PROTOCOL" \
-    --kubelet-port "$MN_KUBELET_PORT"
+    --kubelet-port "$MN_KUBELET_PORT" --pod-network-mode "$MN_POD_NETWORK"
 }
 
 # Cluster DNS needs port 53 on $MN_NET.1: refuse to start while a socket holds it there or on
@@ -63,7 +72,11 @@ mn_check_pod_range() {
 # because the bridge has that address before the server starts.
 mn_setup_network() {
   local nodes="$1" k ns
-  printf 'MN_NODES=%s\n' "$nodes" >"$DATA_DIR/multinode.env"
+  printf 'MN_NODES=%s\nMN_POD_NETWORK=%s\n' "$nodes" "$MN_POD_NETWORK" >"$DATA_DIR/multinode.env"
+  if mn_routed; then
+    mn_setup_routed_network "$nodes"
+    return
+  fi
   if ! ip link show "$MN_BRIDGE" >/dev/null 2>&1; then
     ip link add "$MN_BRIDGE" type bridge
   fi
@@ -81,6 +94,40 @@ mn_setup_network() {
     ip -n "$ns" addr replace "$(mn_ip "$k")/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+  done
+}
+
+# The routed network: no two nodes share a link, the router namespace forwards between them.
+mn_setup_routed_network() {
+  local nodes="$1" k ns
+  if ! ip netns list | grep -x "$MN_ROUTER\( .*\)\?" >/dev/null; then
+    ip netns add "$MN_ROUTER"
+  fi
+  ip -n "$MN_ROUTER" link set lo up
+  ip netns exec "$MN_ROUTER" sysctl -qw net.ipv4.ip_forward=1
+  if ! ip link show "$MN_BRIDGE" >/dev/null 2>&1; then
+    ip link add "$MN_BRIDGE" type veth peer name r0 netns "$MN_ROUTER"
+  fi
+  ip addr replace "$MN_NET.1/24" dev "$MN_BRIDGE"
+  ip link set "$MN_BRIDGE" up
+  ip -n "$MN_ROUTER" addr replace "$MN_NET.254/24" dev r0
+  ip -n "$MN_ROUTER" link set r0 up
+  ip route replace 172.30.0.0/16 via "$MN_NET.254" dev "$MN_BRIDGE"
+  for ((k = 1; k < nodes; k++)); do
+    ns="$(mn_ns "$k")"
+    if ! ip netns list | grep -x "$ns\( .*\)\?" >/dev/null; then
+      ip netns add "$ns"
+    fi
+    if ! ip -n "$MN_ROUTER" link show "r$k" >/dev/null 2>&1; then
+      ip -n "$MN_ROUTER" link add "r$k" type veth peer name eth0 netns "$ns"
+    fi
+    ip -n "$MN_ROUTER" addr replace "172.30.$k.1/24" dev "r$k"
+    ip -n "$MN_ROUTER" link set "r$k" up
+    ip -n "$ns" addr replace "$(mn_ip "$k")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" route replace 172.30.0.0/16 via "172.30.$k.1" dev eth0
     ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
   done
 }
@@ -106,7 +153,7 @@ mn_start_nodes() {
     env ${token:+MINIK8S_TOKEN="$token"} nohup nsenter --net="/run/netns/$ns" "$bin" node --data-dir "$dir" \
       --server "https://$MN_NET.1:$port" --certificate-authority "$DATA_DIR/pki/ca.crt" \
       --node-name "$ns" --node-ip "$(mn_ip "$k")" --cgroup-root "/$ns" \
-      --route-protocol "$MN_ROUTE_PROTOCOL" >>"$dir/node.log" 2>&1 &
+      --route-protocol "$MN_ROUTE_PROTOCOL" --pod-network-mode "$MN_POD_NETWORK" >>"$dir/node.log" 2>&1 &
     echo $! >"$dir/node.pid"
   done
 }
@@ -138,6 +185,11 @@ mn_down() {
   done
   ip route flush proto "$MN_ROUTE_PROTOCOL" 2>/dev/null || true
   ip link del "$MN_BRIDGE" 2>/dev/null || true
+  if [[ "${MN_POD_NETWORK:-host-gw}" != host-gw ]]; then
+    # The host node's vxlan device (its neighbour and FDB entries go with it), the router.
+    ip link del flannel.1 2>/dev/null || true
+    ip netns del "$MN_ROUTER" 2>/dev/null || true
+  fi
   rm -f "$DATA_DIR/multinode.env"
   log "removed $((nodes - 1)) worker node(s), $MN_BRIDGE and their routes"
 }

@@ -3,9 +3,10 @@
 # lack, then unit and integration tests of the workspace (they start their own etcd and
 # servers), then the conformance suite against a fresh cluster from hack/up.sh, the
 # dashboard in a headless browser against that cluster (screenshots in
-# target/dashboard-e2e), the fake device plugin on that cluster's node, functions across a restart of that cluster's server, then the
-# cross-node checks on a 3-node cluster, once per proxy mode, storage on a 3-node cluster,
-# and Prometheus scraping a single-node cluster (hack/up.sh --monitoring).
+# target/dashboard-e2e), the fake device plugin on that cluster's node, functions across a
+# restart of that cluster's server, then the cross-node checks on a 3-node cluster, once per
+# proxy mode and once over VXLAN, storage on a 3-node cluster, and Prometheus scraping a
+# single-node cluster (hack/up.sh --monitoring).
 source "$(dirname "$0")/lib.sh"
 
 install_packages
@@ -42,6 +43,8 @@ log "cross-node networking against a fresh 3-node cluster"
 "$REPO_ROOT/hack/e2e-net.sh"
 log "the same with every proxier in nftables mode"
 MINIK8S_PROXY_MODE=nftables "$REPO_ROOT/hack/e2e-net.sh"
+log "the same on a routed network (no shared L2) through the VXLAN pod network"
+MINIK8S_POD_NETWORK=vxlan "$REPO_ROOT/hack/e2e-net.sh"
 log "storage across nodes and a StatefulSet across a kill -9 of the server, on a 3-node cluster"
 "$REPO_ROOT/hack/e2e-storage.sh"
 log "monitoring: Prometheus from hack/up.sh --monitoring scrapes every target"

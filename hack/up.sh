@@ -3,7 +3,9 @@
 # Data lives in $MINIK8S_DATA_DIR (default /var/lib/minik8s); running it again restarts the
 # cluster on the same data. `--nodes N` (N >= 2) adds N-1 worker nodes, each in a network
 # namespace of its own (see hack/multinode.sh). `--monitoring` also runs Prometheus in the
-# cluster, scraping it (see hack/monitoring.sh).
+# cluster, scraping it (see hack/monitoring.sh). `--pod-network vxlan|auto|host-gw` picks the
+# multi-node pod network (default host-gw, or $MINIK8S_POD_NETWORK): vxlan puts the workers
+# on separate subnets behind a router namespace, reached through the VXLAN overlay.
 source "$(dirname "$0")/lib.sh"
 
 NODES=1
@@ -13,9 +15,15 @@ while (($#)); do
     --nodes) NODES="$2"; shift 2 ;;
     --nodes=*) NODES="${1#*=}"; shift ;;
     --monitoring) MONITORING=1; shift ;;
-    *) log "unknown argument $1 (usage: hack/up.sh [--nodes N] [--monitoring])"; exit 2 ;;
+    --pod-network) export MINIK8S_POD_NETWORK="$2"; shift 2 ;;
+    --pod-network=*) export MINIK8S_POD_NETWORK="${1#*=}"; shift ;;
+    *) log "unknown argument $1 (usage: hack/up.sh [--nodes N] [--pod-network host-gw|vxlan|auto] [--monitoring])"; exit 2 ;;
   esac
 done
+case "${MINIK8S_POD_NETWORK:-host-gw}" in
+  host-gw | vxlan | auto) ;;
+  *) log "unknown pod network ${MINIK8S_POD_NETWORK} (host-gw, vxlan or auto)"; exit 2 ;;
+esac
 SERVER_EXTRA=()
 if ((NODES > 1)); then
   source "$REPO_ROOT/hack/multinode.sh"

@@ -79,6 +79,10 @@ pub struct ApiServer {
     /// Set when the process starts shutting down: readyz fails from then on, so load
     /// balancers stop sending new work while requests in flight finish.
     shutting_down: std::sync::atomic::AtomicBool,
+    /// Keeps this server in the `kubernetes` Service's endpoints; started by [`prepare`].
+    pub(crate) endpoint_reconciler: std::sync::OnceLock<
+        Arc<crate::registry::services::endpoint_reconciler::EndpointReconciler>,
+    >,
 }
 
 impl ApiServer {
@@ -119,6 +123,7 @@ impl ApiServer {
             endpoints: RwLock::new(BTreeMap::new()),
             registries: Registries::default(),
             shutting_down: Default::default(),
+            endpoint_reconciler: std::sync::OnceLock::new(),
         });
         builtin::register(&server);
         crate::handlers::metrics_api::register(&server);
@@ -149,6 +154,17 @@ impl ApiServer {
     pub fn begin_shutdown(&self) {
         self.shutting_down
             .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Takes this server out of the `kubernetes` Service's endpoints and stops keeping it
+    /// there (upstream's pre-shutdown hook): clients move to the other API servers now rather
+    /// than when this one's lease expires.
+    pub async fn stop_endpoint_reconciler(&self) {
+        if let Some(reconciler) = self.endpoint_reconciler.get()
+            && let Err(e) = reconciler.stop(&self.registries).await
+        {
+            tracing::warn!(error = %e, "removing this server from the `kubernetes` endpoints");
+        }
     }
 
     pub fn shutting_down(&self) -> bool {
@@ -308,10 +324,10 @@ impl ApiServer {
         crate::rbac_bootstrap::reconcile(self).await;
         match self.address.parse::<SocketAddr>() {
             Ok(addr) => {
-                crate::registry::services::controlplane::reconcile(
+                crate::registry::services::controlplane::ensure_service(
                     &self.registries,
                     &self.services,
-                    addr,
+                    addr.port(),
                 )
                 .await?
             }
@@ -390,6 +406,9 @@ pub struct Config {
     pub audit: crate::audit::AuditOptions,
     /// `--encryption-provider-config`: how resources are encrypted at rest.
     pub encryption_provider_config: Option<PathBuf>,
+    /// `--endpoint-reconciler-type` and `--apiserver-count`, with the lease TTL and the
+    /// reconcile interval (upstream's config, not flags).
+    pub endpoint_reconciler: crate::registry::services::endpoint_reconciler::ReconcilerOptions,
 }
 
 impl Config {
@@ -412,6 +431,7 @@ impl Config {
             local_storage: true,
             audit: Default::default(),
             encryption_provider_config: None,
+            endpoint_reconciler: Default::default(),
         }
     }
 }
@@ -612,6 +632,8 @@ pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
         )])
         .await
         .map_err(ServerError::Bootstrap)?;
+    crate::registry::services::endpoint_reconciler::start(&server, &config.endpoint_reconciler)
+        .await;
     server.aggregator.start(&server);
     // Serves the custom resources of the stored CRDs before answering, then follows changes.
     crate::crds::start(&server).await?;

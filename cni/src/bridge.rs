@@ -117,12 +117,18 @@ fn attach(
     };
     let configured = (|| {
         let host_link = host.link(&host_name)?;
+        if let Some(mtu) = conf.mtu {
+            host.set_mtu(host_link.index, mtu)?;
+        }
         if conf.hairpin_mode {
             host.set_hairpin(host_link.index)?;
         }
         let pod_link = in_netns(&inv.netns, || {
             let s = Socket::open()?;
             let l = s.link(&inv.ifname)?;
+            if let Some(mtu) = conf.mtu {
+                s.set_mtu(l.index, mtu)?;
+            }
             s.add_addr(l.index, ip, range.prefix)?;
             s.set_up(l.index)?;
             s.replace_route(l.index, Ipv4Addr::UNSPECIFIED, 0, range.gateway)?;

@@ -25,6 +25,10 @@ pub struct NetConf {
     pub data_dir: Option<PathBuf>,
     #[serde(default)]
     pub hairpin_mode: bool,
+    /// The pods' interface MTU (the stock bridge plugin's `mtu`): less than the node's link
+    /// when an overlay encapsulates; the link's default when absent.
+    #[serde(default)]
+    pub mtu: Option<u32>,
     /// Extra fields for the delegated portmap plugin (e.g. `snat`).
     #[serde(default)]
     pub portmap: serde_json::Map<String, Value>,

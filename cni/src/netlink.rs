@@ -26,6 +26,7 @@ const NLMSG_ERROR: u16 = 2;
 
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
+const IFLA_MTU: u16 = 4;
 const IFLA_MASTER: u16 = 10;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_NET_NS_FD: u16 = 28;
@@ -165,6 +166,14 @@ pub fn bridge_request(name: &str) -> Vec<u8> {
         .nest(IFLA_LINKINFO, |info| {
             push_attr(info, IFLA_INFO_KIND, b"bridge")
         })
+        .finish()
+}
+
+/// `ip link set <index> mtu <mtu>`.
+pub fn mtu_request(index: i32, mtu: u32) -> Vec<u8> {
+    Msg::new(RTM_NEWLINK, 0)
+        .ifinfo(index, 0, 0)
+        .attr(IFLA_MTU, &mtu.to_ne_bytes())
         .finish()
 }
 
@@ -333,6 +342,14 @@ impl Socket {
     pub fn set_up(&self, index: i32) -> Result<(), NetlinkError> {
         self.call(&format!("setting link {index} up"), &up_request(index))
             .map(drop)
+    }
+
+    pub fn set_mtu(&self, index: i32, mtu: u32) -> Result<(), NetlinkError> {
+        self.call(
+            &format!("setting the MTU of link {index} to {mtu}"),
+            &mtu_request(index, mtu),
+        )
+        .map(drop)
     }
 
     pub fn set_hairpin(&self, index: i32) -> Result<(), NetlinkError> {

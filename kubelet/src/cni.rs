@@ -30,8 +30,23 @@ pub fn gateway(cidr: &str) -> Result<(std::net::Ipv4Addr, u8), NetError> {
 }
 
 /// The conflist for `pod_cidr` with minik8s's own plugin (`minik8s_cni`), else with the
-/// stock ones; `data_dir` keeps host-local's allocations (both use its layout).
+/// stock ones; `data_dir` keeps host-local's allocations (both use its layout); `mtu`, when
+/// set, is the pods' interface MTU (both plugins read the bridge plugin's `mtu`).
 pub fn conflist(
+    bridge: &str,
+    pod_cidr: &str,
+    data_dir: &Path,
+    minik8s_cni: bool,
+    mtu: Option<u32>,
+) -> serde_json::Value {
+    let mut list = conflist_of(bridge, pod_cidr, data_dir, minik8s_cni);
+    if let Some(mtu) = mtu {
+        list["plugins"][0]["mtu"] = mtu.into();
+    }
+    list
+}
+
+fn conflist_of(
     bridge: &str,
     pod_cidr: &str,
     data_dir: &Path,
@@ -69,6 +84,7 @@ pub fn write_conflist(
     pod_cidr: &str,
     data_dir: &Path,
     minik8s_cni: bool,
+    mtu: Option<u32>,
 ) -> Result<(), NetError> {
     let w = |e| NetError::Write {
         path: conf_dir.display().to_string(),
@@ -77,8 +93,9 @@ pub fn write_conflist(
     std::fs::create_dir_all(conf_dir).map_err(w)?;
     let path = conf_dir.join("10-minik8s.conflist");
     let tmp = conf_dir.join(".10-minik8s.conflist.tmp");
-    let text = serde_json::to_string_pretty(&conflist(bridge, pod_cidr, data_dir, minik8s_cni))
-        .expect("json");
+    let text =
+        serde_json::to_string_pretty(&conflist(bridge, pod_cidr, data_dir, minik8s_cni, mtu))
+            .expect("json");
     if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
         return Ok(());
     }
@@ -148,14 +165,14 @@ mod tests {
 
     #[test]
     fn conflist_shape() {
-        let c = conflist("cni0", "10.244.0.0/24", Path::new("/tmp/ipam"), false);
+        let c = conflist("cni0", "10.244.0.0/24", Path::new("/tmp/ipam"), false, None);
         assert_eq!(
             c["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
             "10.244.0.0/24"
         );
         assert_eq!(c["plugins"][1]["type"], "portmap");
         assert_eq!(c["plugins"][0]["ipMasq"], false);
-        let own = conflist("cni0", "10.244.0.0/24", Path::new("/tmp/ipam"), true);
+        let own = conflist("cni0", "10.244.0.0/24", Path::new("/tmp/ipam"), true, None);
         assert_eq!(own["plugins"][0]["type"], minik8s_cni::BRIDGE_TYPE);
         assert_eq!(own["plugins"][0]["subnet"], "10.244.0.0/24");
         // Both keep host-local's store under the same directory and network name.
@@ -164,5 +181,16 @@ mod tests {
             c["plugins"][0]["ipam"]["dataDir"]
         );
         assert_eq!(own["name"], c["name"]);
+        assert!(c["plugins"][0].get("mtu").is_none());
+        for own_plugin in [true, false] {
+            let c = conflist(
+                "cni0",
+                "10.244.0.0/24",
+                Path::new("/x"),
+                own_plugin,
+                Some(1450),
+            );
+            assert_eq!(c["plugins"][0]["mtu"], 1450);
+        }
     }
 }

@@ -26,6 +26,8 @@ pub struct KubeletConfig {
     /// Whether the runtime's CNI plugin directory holds minik8s's own plugin (true for the
     /// containerd the node starts itself); else the conflist names the stock plugins.
     pub minik8s_cni: bool,
+    /// The pods' interface MTU, when an overlay takes part of the link's (VXLAN: 50 bytes).
+    pub pod_mtu: Option<u32>,
     /// The port of the kubelet's HTTPS API (logs, exec, port-forward, stats).
     pub port: u16,
     /// The address the kubelet's HTTPS API listens on.
@@ -76,6 +78,7 @@ impl KubeletConfig {
             cni_conf_dir: root_dir.join("cni"),
             bridge: crate::cni::BRIDGE.into(),
             minik8s_cni: false,
+            pod_mtu: None,
             root_dir,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),

@@ -305,6 +305,7 @@ async fn pod_network(
             cidr,
             &config.root_dir.join("cni-ipam"),
             config.minik8s_cni,
+            config.pod_mtu,
         )
     };
     let mut applied: Option<String> = None;

@@ -64,6 +64,9 @@ pub struct AgentArgs {
     /// the machine has NVIDIA GPU device nodes (`/dev/nvidia0`).
     #[arg(long, value_enum, default_value_t = crate::device_plugin::NvidiaMode::Auto)]
     pub enable_nvidia_device_plugin: crate::device_plugin::NvidiaMode,
+    /// The pods' MTU: set from `--pod-network-mode` (see `routes::RouteArgs::pod_mtu`).
+    #[arg(skip)]
+    pub pod_mtu: Option<u32>,
 }
 
 /// The running node: keep it alive as long as the node runs.
@@ -246,6 +249,7 @@ pub async fn start(
     config.cluster_dns = args.cluster_dns.clone();
     config.cluster_domain = args.cluster_domain.clone();
     config.bridge = args.bridge.clone();
+    config.pod_mtu = args.pod_mtu;
     config.cgroup_root = args.cgroup_root.clone();
     let ranges = vec![args.cluster_cidr.clone(), service_range.to_string()];
     if !args.disable_local_storage {

@@ -175,6 +175,15 @@ struct ServerArgs {
     secure_port: u16,
     #[arg(long)]
     advertise_address: Option<IpAddr>,
+    /// Which addresses the `kubernetes` Service's endpoints list: `lease` (every live API
+    /// server, each keeping a lease in storage), `master-count` (`--apiserver-count` of them)
+    /// or `none`.
+    #[arg(long, default_value = "lease")]
+    endpoint_reconciler_type:
+        minik8s_apiserver::registry::services::endpoint_reconciler::ReconcilerType,
+    /// How many API servers run, for `--endpoint-reconciler-type=master-count`.
+    #[arg(long, default_value_t = 1)]
+    apiserver_count: usize,
     /// etcd endpoints (comma separated); without them the embedded store is used.
     #[arg(long, value_delimiter = ',')]
     etcd_servers: Vec<String>,
@@ -353,6 +362,8 @@ impl ServerArgs {
         c.bind_address = self.bind_address;
         c.secure_port = self.secure_port;
         c.advertise_address = self.advertise_address;
+        c.endpoint_reconciler.kind = self.endpoint_reconciler_type;
+        c.endpoint_reconciler.apiserver_count = self.apiserver_count;
         c.etcd_servers = self.etcd_servers.clone();
         c.token_auth_file = self.token_auth_file.clone();
         c.enable_bootstrap_token_auth = self.enable_bootstrap_token_auth;
@@ -447,6 +458,7 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
                 .enabled("node-ipam-controller");
         let mut agent_args = args.agent.clone();
         agent_args.pod_cidr = agent::standalone_pod_cidr(&args.agent, node_ipam_here);
+        agent_args.pod_mtu = args.routes.pod_mtu(agent::node_ip(&args.agent));
         Some(
             agent::start(
                 &agent_args,
@@ -505,14 +517,10 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
                     groups: vec!["system:nodes".into(), "system:authenticated".into()],
                 },
             );
-            let table = routes::RouteTable {
-                protocol: args.routes.route_protocol,
-                netns: None,
-            };
-            net_tasks.push(tokio::spawn(routes::run(
+            net_tasks.push(tokio::spawn(routes::agent(
+                args.routes.clone(),
                 client,
                 name,
-                table,
                 stopped(net_stopped.clone()),
             )));
         }
@@ -643,6 +651,8 @@ async fn run_apiserver(args: ServerArgs, with_agent: bool) -> anyhow::Result<()>
     });
     shutdown_signal().await;
     prepared.server.begin_shutdown();
+    // Out of the `kubernetes` endpoints first, so clients move to the other API servers.
+    prepared.server.stop_endpoint_reconciler().await;
     let _ = stop_controllers.send(());
     let _ = stop_scheduler.send(());
     let _ = stop_knative.send(());

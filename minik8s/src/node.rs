@@ -90,8 +90,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         Some(pki) => agent::Identity::Pki(pki),
         None => joined(&args, &name).await?,
     };
+    let mut agent_args = args.agent.clone();
+    agent_args.pod_mtu = args.routes.pod_mtu(agent::node_ip(&args.agent));
     let node = agent::start(
-        &args.agent,
+        &agent_args,
         &args.data_dir,
         &identity,
         &args.server,
@@ -154,14 +156,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     if !args.routes.disable_route_agent {
         // The route agent acts as the node, through the kubeconfig the agent wrote.
         let client = node_client(&args.data_dir).await?;
-        let table = routes::RouteTable {
-            protocol: args.routes.route_protocol,
-            netns: None,
-        };
-        tasks.push(tokio::spawn(routes::run(
+        tasks.push(tokio::spawn(routes::agent(
+            args.routes.clone(),
             client,
             name.clone(),
-            table,
             stopped(stop_rx.clone()),
         )));
     }

@@ -7,9 +7,12 @@
 //! routes carrying that number, so routes made by anyone else (the kubelet's bridge routes,
 //! the machine's own) are never touched. Two clusters on one machine need distinct numbers.
 
+pub mod vxlan;
+
 use minik8s_kubelet::cni::{NetError, ip};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -30,13 +33,50 @@ pub struct RouteArgs {
     /// The route protocol number marking the routes the agent owns (distinct per cluster).
     #[arg(long, default_value_t = DEFAULT_PROTOCOL)]
     pub route_protocol: u8,
+    /// How pods reach other nodes: host-gw routes (every node on one L2 segment), a VXLAN
+    /// overlay (Flannel's default backend), or auto: a direct route to each node whose address
+    /// is on a directly connected subnet, VXLAN to the others (Flannel's DirectRouting).
+    #[arg(long, value_enum, env = "MINIK8S_POD_NETWORK_MODE", default_value_t = PodNetworkMode::HostGw)]
+    pub pod_network_mode: PodNetworkMode,
+}
+
+/// The pod network backends (Flannel's names).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodNetworkMode {
+    HostGw,
+    Vxlan,
+    Auto,
+}
+
+impl RouteArgs {
+    /// The MTU pods get on the node at `node_ip`: VXLAN's encapsulation takes 50 bytes of
+    /// the link's (auto may encapsulate too); host-gw leaves the default.
+    pub fn pod_mtu(&self, node_ip: IpAddr) -> Option<u32> {
+        match (self.pod_network_mode, node_ip) {
+            (PodNetworkMode::HostGw, _) => None,
+            (_, IpAddr::V4(ip)) => {
+                let kernel = vxlan::Kernel {
+                    table: RouteTable {
+                        protocol: self.route_protocol,
+                        netns: None,
+                    },
+                };
+                let link_mtu = kernel.underlay(ip).map(|(_, mtu)| mtu).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "no link MTU for the node address: assuming 1500");
+                    1500
+                });
+                Some(link_mtu.saturating_sub(vxlan::OVERHEAD))
+            }
+            (_, IpAddr::V6(_)) => Some(1500 - vxlan::OVERHEAD),
+        }
+    }
 }
 
 /// Destination (a normalised IPv4 CIDR) → gateway.
 pub type Routes = BTreeMap<String, Ipv4Addr>;
 
 /// `a.b.c.d/n` with the host bits cleared, or None for anything but IPv4.
-fn normalise(cidr: &str) -> Option<String> {
+pub(crate) fn normalise(cidr: &str) -> Option<String> {
     let (ip, bits) = cidr.split_once('/')?;
     let ip: Ipv4Addr = ip.parse().ok()?;
     let bits: u32 = bits.parse().ok()?;
@@ -48,7 +88,7 @@ fn normalise(cidr: &str) -> Option<String> {
 }
 
 /// A node's IPv4 pod range, normalised.
-fn pod_cidr(node: &Node) -> Option<String> {
+pub(crate) fn pod_cidr(node: &Node) -> Option<String> {
     let spec = node.spec.as_ref()?;
     let cidrs = spec
         .pod_cidrs
@@ -56,6 +96,20 @@ fn pod_cidr(node: &Node) -> Option<String> {
         .filter(|c| !c.is_empty())
         .or_else(|| spec.pod_cidr.clone().map(|c| vec![c]))?;
     cidrs.iter().find_map(|c| normalise(c))
+}
+
+/// A node's first IPv4 InternalIP.
+pub(crate) fn internal_ip(node: &Node) -> Option<Ipv4Addr> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|a| a.type_ == "InternalIP")
+        .find_map(|a| match a.address.parse::<IpAddr>() {
+            Ok(IpAddr::V4(ip)) => Some(ip),
+            _ => None,
+        })
 }
 
 /// The routes this node wants: every other node's IPv4 pod range via its IPv4 InternalIP.
@@ -82,18 +136,7 @@ pub fn desired_routes<'a>(
             tracing::warn!(node = ?node.metadata.name, %cidr, "another node has this node's pod range");
             continue;
         }
-        let gateway = node
-            .status
-            .as_ref()
-            .and_then(|s| s.addresses.as_ref())
-            .into_iter()
-            .flatten()
-            .filter(|a| a.type_ == "InternalIP")
-            .find_map(|a| match a.address.parse::<IpAddr>() {
-                Ok(IpAddr::V4(ip)) => Some(ip),
-                _ => None,
-            });
-        if let Some(gateway) = gateway {
+        if let Some(gateway) = internal_ip(node) {
             routes.insert(cidr, gateway);
         }
     }
@@ -185,12 +228,22 @@ impl RouteTable {
     }
 }
 
-/// Watches Nodes and keeps `table` equal to [`desired_routes`] until `shutdown` resolves. The
-/// kernel is re-checked now and then as well, in case someone removed a route of ours.
-pub async fn run(
+/// What a node does with a Node list once the first full list is in: make the kernel match it.
+/// [`watch_nodes`] calls it on every change and at every resync (`forced`), never before.
+pub trait Reconciler {
+    fn reconcile(
+        &mut self,
+        nodes: Vec<Arc<Node>>,
+        forced: bool,
+    ) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// Watches Nodes and hands the whole cache to `reconciler` until `shutdown` resolves; the
+/// kernel is re-checked now and then as well (`forced`), in case someone removed an entry of
+/// ours. Shared by every backend, so each keeps the same guarantees.
+pub async fn watch_nodes(
     client: Client,
-    own_node: String,
-    table: RouteTable,
+    reconciler: &mut impl Reconciler,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let (store, writer) = reflector::store::<Node>();
@@ -203,37 +256,64 @@ pub async fn run(
     let mut shutdown = std::pin::pin!(shutdown);
     let mut resync = tokio::time::interval(Duration::from_secs(30));
     // Until the first list is complete the cache is partial: syncing then would remove the
-    // routes of nodes not seen yet.
+    // entries of nodes not seen yet.
     let mut ready = false;
-    // What the last successful sync made: heartbeats change Nodes every few seconds without
-    // changing the routes, and those need no look at the kernel.
-    let mut synced: Option<Routes> = None;
     loop {
-        tokio::select! {
+        let forced = tokio::select! {
             _ = &mut shutdown => return,
-            _ = resync.tick() => synced = None,
+            _ = resync.tick() => true,
             event = events.next() => match event {
-                Some(Ok(watcher::Event::InitDone)) => ready = true,
+                Some(Ok(watcher::Event::InitDone)) => {
+                    ready = true;
+                    false
+                }
                 Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => continue,
-                Some(Ok(_)) => {}
+                Some(Ok(_)) => false,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "watching nodes");
                     continue;
                 }
                 None => return,
             },
-        }
+        };
         if !ready {
             continue;
         }
-        // Every wake-up compares the whole table with the cache: nothing depends on the event.
-        let nodes = store.state();
-        let desired = desired_routes(nodes.iter().map(|n| n.as_ref()), &own_node);
-        if synced.as_ref() == Some(&desired) {
-            continue;
+        // Every wake-up compares the whole wish list with the cache: nothing depends on the event.
+        reconciler.reconcile(store.state(), forced).await;
+    }
+}
+
+/// The host-gw backend: [`desired_routes`] kept in a [`RouteTable`].
+pub struct HostGw {
+    pub table: RouteTable,
+    pub own_node: String,
+    /// What the last successful sync made: heartbeats change Nodes every few seconds without
+    /// changing the routes, and those need no look at the kernel.
+    synced: Option<Routes>,
+}
+
+impl HostGw {
+    pub fn new(table: RouteTable, own_node: String) -> HostGw {
+        HostGw {
+            table,
+            own_node,
+            synced: None,
         }
-        let table = table.clone();
-        let span = tracing::info_span!("routes", node = %own_node, routes = desired.len());
+    }
+}
+
+impl Reconciler for HostGw {
+    async fn reconcile(&mut self, nodes: Vec<Arc<Node>>, forced: bool) {
+        if forced {
+            self.synced = None;
+        }
+        let desired = desired_routes(nodes.iter().map(|n| n.as_ref()), &self.own_node);
+        if self.synced.as_ref() == Some(&desired) {
+            return;
+        }
+        let table = self.table.clone();
+        let span = tracing::info_span!("routes", node = %self.own_node, routes = desired.len());
         let wanted = desired.clone();
         let result = tokio::task::spawn_blocking(move || {
             let _enter = span.enter();
@@ -247,10 +327,40 @@ pub async fn run(
                 for e in &errors {
                     tracing::warn!(error = %e, "a route was refused");
                 }
-                synced = Some(desired);
+                self.synced = Some(desired);
             }
             Ok(Err(e)) => tracing::warn!(error = %e, "reading routes"),
             Err(e) => tracing::warn!(error = %e, "route sync task"),
+        }
+    }
+}
+
+/// Watches Nodes and keeps `table` equal to [`desired_routes`] until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    own_node: String,
+    table: RouteTable,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    watch_nodes(client, &mut HostGw::new(table, own_node), shutdown).await
+}
+
+/// Runs the route agent of the backend `args` pick, as the node `own_node`.
+pub async fn agent(
+    args: RouteArgs,
+    client: Client,
+    own_node: String,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let table = RouteTable {
+        protocol: args.route_protocol,
+        netns: None,
+    };
+    match args.pod_network_mode {
+        PodNetworkMode::HostGw => run(client, own_node, table, shutdown).await,
+        mode => {
+            let mut backend = vxlan::Vxlan::new(client.clone(), own_node, table, mode);
+            watch_nodes(client, &mut backend, shutdown).await
         }
     }
 }

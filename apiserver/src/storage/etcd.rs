@@ -393,4 +393,74 @@ impl Store for EtcdStore {
     async fn compacted_revision(&self) -> Result<Revision> {
         Ok(self.compacted.load(Ordering::Relaxed))
     }
+
+    // Each write takes a fresh etcd lease: the key leaves the lease it had, which then
+    // expires holding nothing. etcd deletes the key when its lease expires, so every reader
+    // of the cluster sees the same expiry, whichever API server wrote the key.
+    async fn put_expiring(&self, key: &str, value: Bytes, ttl: Duration) -> Result<()> {
+        check_size(&value)?;
+        let started = Instant::now();
+        let seconds = ttl.as_secs_f64().ceil().max(1.0) as i64;
+        let lease = self
+            .client
+            .lease_client()
+            .grant(seconds, None)
+            .await
+            .map_err(backend)?;
+        let resp = self
+            .client
+            .kv_client()
+            .put(
+                key,
+                value.to_vec(),
+                Some(PutOptions::new().with_lease(lease.id())),
+            )
+            .await
+            .map_err(backend)?;
+        self.metrics
+            .observe("update", started.elapsed().as_secs_f64());
+        if let Some(h) = resp.header() {
+            self.metrics.revision.set(h.revision());
+        }
+        Ok(())
+    }
+
+    async fn list_expiring(&self, prefix: &str) -> Result<Vec<(String, Bytes)>> {
+        let started = Instant::now();
+        let resp = self
+            .client
+            .kv_client()
+            .get(
+                prefix,
+                Some(GetOptions::new().with_range(prefix_end(prefix))),
+            )
+            .await
+            .map_err(backend)?;
+        self.metrics
+            .observe("list", started.elapsed().as_secs_f64());
+        Ok(resp
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let kv = convert(kv);
+                (kv.key, kv.value)
+            })
+            .collect())
+    }
+
+    async fn delete_expiring(&self, key: &str) -> Result<()> {
+        let started = Instant::now();
+        let resp = self
+            .client
+            .kv_client()
+            .delete(key, None)
+            .await
+            .map_err(backend)?;
+        self.metrics
+            .observe("delete", started.elapsed().as_secs_f64());
+        if let Some(h) = resp.header() {
+            self.metrics.revision.set(h.revision());
+        }
+        Ok(())
+    }
 }

@@ -4,7 +4,7 @@
 //! call alone.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -97,6 +97,27 @@ impl Store for MeteredStore {
 
     async fn stale(&self, kv: &KeyValue) -> Result<bool> {
         self.inner.stale(kv).await
+    }
+
+    async fn put_expiring(&self, key: &str, value: Bytes, ttl: Duration) -> Result<()> {
+        let started = Instant::now();
+        let result = self.inner.put_expiring(key, value, ttl).await;
+        self.observe("update", key, started);
+        result
+    }
+
+    async fn list_expiring(&self, prefix: &str) -> Result<Vec<(String, Bytes)>> {
+        let started = Instant::now();
+        let result = self.inner.list_expiring(prefix).await;
+        self.observe("list", prefix, started);
+        result
+    }
+
+    async fn delete_expiring(&self, key: &str) -> Result<()> {
+        let started = Instant::now();
+        let result = self.inner.delete_expiring(key).await;
+        self.observe("delete", key, started);
+        result
     }
 }
 

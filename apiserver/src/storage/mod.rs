@@ -10,6 +10,7 @@ mod etcd;
 pub(crate) mod layout;
 mod metered;
 mod sqlite;
+mod sqlite_expiring;
 
 pub use etcd::EtcdStore;
 pub use metered::MeteredStore;
@@ -145,6 +146,31 @@ pub trait Store: Send + Sync + 'static {
     async fn stale(&self, kv: &KeyValue) -> Result<bool> {
         let _ = kv;
         Ok(false)
+    }
+    /// Writes `value` at `key`, created or overwritten, to vanish `ttl` after this write
+    /// unless written again (etcd's leases). For bookkeeping outside the API's resources, such
+    /// as the API servers' endpoint leases; such keys are read only with
+    /// [`Store::list_expiring`], never by the resource reads.
+    async fn put_expiring(&self, key: &str, value: Bytes, ttl: Duration) -> Result<()> {
+        let _ = (key, value, ttl);
+        Err(StoreError::Backend(
+            "expiring keys are not supported".into(),
+        ))
+    }
+    /// The keys under `prefix` written with [`Store::put_expiring`] and not yet expired, in
+    /// key order.
+    async fn list_expiring(&self, prefix: &str) -> Result<Vec<(String, Bytes)>> {
+        let _ = prefix;
+        Err(StoreError::Backend(
+            "expiring keys are not supported".into(),
+        ))
+    }
+    /// Removes an expiring key now; a key that is not there is no error.
+    async fn delete_expiring(&self, key: &str) -> Result<()> {
+        let _ = key;
+        Err(StoreError::Backend(
+            "expiring keys are not supported".into(),
+        ))
     }
 }
 

@@ -101,6 +101,7 @@ enum Op {
 pub struct SqliteStore {
     shared: Arc<Shared>,
     ops: std_mpsc::Sender<Op>,
+    expiring: super::sqlite_expiring::ExpiringKeys,
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -153,6 +154,7 @@ impl SqliteStore {
             std::fs::create_dir_all(dir).map_err(backend)?;
         }
         let conn = open(&options.path, false).map_err(backend)?;
+        let expiring = super::sqlite_expiring::ExpiringKeys::open(&options.path)?;
         let max_id: Revision = conn
             .query_row("SELECT COALESCE(MAX(id), 0) FROM kv", [], |r| r.get(0))
             .map_err(backend)?;
@@ -218,7 +220,11 @@ impl SqliteStore {
                 .run()
             })
             .map_err(backend)?;
-        Ok(SqliteStore { shared, ops })
+        Ok(SqliteStore {
+            shared,
+            ops,
+            expiring,
+        })
     }
 
     fn send(&self, op: Op) -> Result<()> {
@@ -962,6 +968,18 @@ impl Store for SqliteStore {
 
     async fn compacted_revision(&self) -> Result<Revision> {
         Ok(self.shared.state.read().expect("state lock").compacted)
+    }
+
+    async fn put_expiring(&self, key: &str, value: Bytes, ttl: Duration) -> Result<()> {
+        self.expiring.put(key, value, ttl).await
+    }
+
+    async fn list_expiring(&self, prefix: &str) -> Result<Vec<(String, Bytes)>> {
+        self.expiring.list(prefix).await
+    }
+
+    async fn delete_expiring(&self, key: &str) -> Result<()> {
+        self.expiring.delete(key).await
     }
 
     fn request_progress(&self) {

@@ -7,6 +7,7 @@ mod admission;
 mod admission_webhooks;
 mod aggregation;
 mod api_resources;
+mod apiserver_endpoints;
 mod audit;
 mod bootstrap_tokens;
 mod compat;

@@ -1,10 +1,11 @@
 //! The `kubernetes` Service in `default` and its Endpoints and EndpointSlice, which tell
-//! in-cluster clients where the API server is (upstream's kubernetesservice controller and
-//! endpoints reconciler). Kept at startup: the Service gets the first address of the service
-//! range and port 443 → the secure port, the endpoints the advertised address.
+//! in-cluster clients where the API servers are (upstream's kubernetesservice controller and
+//! endpoints adapter). The Service gets the first address of the service range and port 443
+//! → the secure port; which addresses the endpoints list is the endpoint reconciler's choice
+//! ([`super::endpoint_reconciler`]), written here as upstream's adapter writes it.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, Service, ServicePort, ServiceSpec,
@@ -62,16 +63,13 @@ async fn ensure<K: Kind>(
     Ok(())
 }
 
-/// Ensures the `kubernetes` Service and its endpoints for an API server at `advertised`,
-/// written through the served registries so the Service's cluster IP is allocated by
-/// `services` as any other Service's is.
-pub async fn reconcile(
+/// Ensures the `kubernetes` Service, port 443 → `port`, written through the served registries
+/// so its cluster IP is allocated by `services` as any other Service's is.
+pub async fn ensure_service(
     registries: &Registries,
     services: &ServiceAllocator,
-    advertised: SocketAddr,
+    port: u16,
 ) -> Result<(), ApiError> {
-    let ip = advertised.ip();
-    let port = i32::from(advertised.port());
     let labels = [("component", "apiserver"), ("provider", "kubernetes")];
     let svc = Service {
         metadata: meta(&labels),
@@ -83,7 +81,7 @@ pub async fn reconcile(
                 name: Some("https".into()),
                 protocol: Some("TCP".into()),
                 port: 443,
-                target_port: Some(IntOrString::Int(port)),
+                target_port: Some(IntOrString::Int(i32::from(port))),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -106,27 +104,87 @@ pub async fn reconcile(
             out
         },
     )
-    .await?;
+    .await
+}
 
-    let ep = Endpoints {
+/// The one port every API server serves on (all of them must agree, as upstream requires).
+pub fn endpoint_ports(port: u16) -> Vec<EndpointPort> {
+    vec![EndpointPort {
+        name: Some("https".into()),
+        port: i32::from(port),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }]
+}
+
+/// The Endpoints listing `ips` (sorted, as given) on `ports`: one subset, the label that keeps
+/// the mirroring controller away.
+pub fn endpoints_for(ips: &[String], ports: &[EndpointPort]) -> Endpoints {
+    Endpoints {
         metadata: meta(&[("endpointslice.kubernetes.io/skip-mirror", "true")]),
         subsets: Some(vec![EndpointSubset {
-            addresses: Some(vec![EndpointAddress {
-                ip: ip.to_string(),
-                ..Default::default()
-            }]),
-            ports: Some(vec![EndpointPort {
-                name: Some("https".into()),
-                port,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
+            addresses: Some(
+                ips.iter()
+                    .map(|ip| EndpointAddress {
+                        ip: ip.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ports: Some(ports.to_vec()),
             ..Default::default()
         }]),
-    };
+    }
+}
+
+/// The EndpointSlice `kubernetes` of `address_type` listing `ips`, each ready.
+pub fn slice_for(ips: &[String], ports: &[EndpointPort], address_type: &str) -> EndpointSlice {
+    EndpointSlice {
+        metadata: meta(&[("kubernetes.io/service-name", "kubernetes")]),
+        address_type: address_type.into(),
+        endpoints: ips
+            .iter()
+            .map(|ip| Endpoint {
+                addresses: vec![ip.clone()],
+                conditions: Some(EndpointConditions {
+                    ready: Some(true),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect(),
+        ports: Some(
+            ports
+                .iter()
+                .map(|p| SlicePort {
+                    name: p.name.clone(),
+                    port: Some(p.port),
+                    protocol: p.protocol.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Writes the Endpoints and the EndpointSlice `kubernetes` to list `ips` of the service's
+/// family (`ipv6`) on `port`, touching neither when it already does (upstream's
+/// `EndpointsAdapter.Sync`).
+pub async fn sync_endpoints(
+    registries: &Registries,
+    ips: &[String],
+    port: u16,
+    ipv6: bool,
+) -> Result<(), ApiError> {
+    let ips: Vec<String> = ips
+        .iter()
+        .filter(|ip| ip.parse::<IpAddr>().is_ok_and(|a| a.is_ipv6() == ipv6))
+        .cloned()
+        .collect();
+    let ports = endpoint_ports(port);
     ensure(
         &registries.get::<Endpoints>(),
-        ep,
+        endpoints_for(&ips, &ports),
         |cur, want| cur.subsets != want.subsets || cur.metadata.labels != want.metadata.labels,
         |cur, want| Endpoints {
             metadata: ObjectMeta {
@@ -137,38 +195,23 @@ pub async fn reconcile(
         },
     )
     .await?;
-
-    let slice = EndpointSlice {
-        metadata: meta(&[("kubernetes.io/service-name", "kubernetes")]),
-        address_type: if ip.is_ipv6() { "IPv6" } else { "IPv4" }.into(),
-        endpoints: vec![Endpoint {
-            addresses: vec![ip.to_string()],
-            conditions: Some(EndpointConditions {
-                ready: Some(true),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        ports: Some(vec![SlicePort {
-            name: Some("https".into()),
-            port: Some(port),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-    };
+    let address_type = if ipv6 { "IPv6" } else { "IPv4" };
     ensure(
         &registries.get::<EndpointSlice>(),
-        slice,
+        slice_for(&ips, &ports, address_type),
         |cur, want| {
             cur.endpoints != want.endpoints
                 || cur.ports != want.ports
                 || cur.address_type != want.address_type
+                || cur.metadata.labels != want.metadata.labels
         },
         |cur, want| EndpointSlice {
-            metadata: cur.metadata.clone(),
+            metadata: ObjectMeta {
+                labels: want.metadata.labels,
+                ..cur.metadata.clone()
+            },
             ..want
         },
     )
-    .await?;
-    Ok(())
+    .await
 }

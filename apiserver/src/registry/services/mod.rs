@@ -11,6 +11,7 @@
 
 pub mod allocator;
 pub mod controlplane;
+pub mod endpoint_reconciler;
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};

@@ -10,6 +10,7 @@ pub use config::{ConfigError, GroupResource, Transformers};
 pub use providers::{Provider, ProviderKind, TransformError, Transformer};
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -184,5 +185,18 @@ impl Store for EncryptedStore {
             // Changed since: the write will meet the new revision and retry.
             _ => Ok(true),
         }
+    }
+
+    // Expiring keys hold no resources, so nothing an encryption configuration names.
+    async fn put_expiring(&self, key: &str, value: Bytes, ttl: Duration) -> Result<()> {
+        self.inner.put_expiring(key, value, ttl).await
+    }
+
+    async fn list_expiring(&self, prefix: &str) -> Result<Vec<(String, Bytes)>> {
+        self.inner.list_expiring(prefix).await
+    }
+
+    async fn delete_expiring(&self, key: &str) -> Result<()> {
+        self.inner.delete_expiring(key).await
     }
 }
