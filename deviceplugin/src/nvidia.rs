@@ -473,7 +473,7 @@ pub async fn run_nvidia(args: NvidiaArgs) -> Result<(), PluginError> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::{PermissionsExt, symlink};
+    use std::os::unix::fs::symlink;
 
     use super::*;
 
@@ -518,10 +518,21 @@ mod tests {
         dir
     }
 
+    /// A script standing in for `nvidia-smi`. It is written by a child process, never
+    /// through a descriptor of this one: a test thread forking meanwhile would inherit a
+    /// descriptor open for writing, and running the script would then fail with ETXTBSY.
     fn fake_smi(root: &Path, out: &str) {
         let p = root.join("usr/bin/nvidia-smi");
-        std::fs::write(&p, format!("#!/bin/sh\ncat <<'EOF'\n{out}\nEOF\n")).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = format!("#!/bin/sh\ncat <<'EOF'\n{out}\nEOF\n");
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"printf '%s' "$1" > "$2" && chmod 755 "$2""#)
+            .arg("sh")
+            .arg(&script)
+            .arg(&p)
+            .status()
+            .unwrap();
+        assert!(status.success());
     }
 
     fn plugin(root: &Path) -> Arc<NvidiaPlugin> {
