@@ -11,86 +11,17 @@
 //! upstream's webhook defaults do (tokens 2m, allowed 5m, denied 30s), so that a busy scrape
 //! or a log stream reconnecting costs the API server nothing.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use base64::Engine;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
-use kube::Api;
-use kube::api::PostParams;
-use sha2::{Digest, Sha256};
-
-/// The user a client certificate names: CN, and each O as a group.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    pub user: String,
-    pub groups: Vec<String>,
-}
-
-impl Identity {
-    /// The subject of a certificate the TLS layer verified against the cluster CA.
-    pub fn from_certificate(der: &[u8]) -> Option<Identity> {
-        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-        let subject = cert.subject();
-        let user = subject
-            .iter_common_name()
-            .next()?
-            .as_str()
-            .ok()?
-            .to_string();
-        let groups = subject
-            .iter_organization()
-            .filter_map(|o| o.as_str().ok().map(str::to_string))
-            .collect();
-        Some(Identity { user, groups })
-    }
-}
-
-/// An authenticated user, as a SubjectAccessReview names it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct User {
-    pub name: String,
-    pub uid: String,
-    pub groups: Vec<String>,
-    pub extra: BTreeMap<String, Vec<String>>,
-}
-
-const AUTHENTICATED: &str = "system:authenticated";
-const UNAUTHENTICATED: &str = "system:unauthenticated";
-
-impl User {
-    /// Upstream's `AuthenticatedGroupAdder`: every authenticated user is in
-    /// `system:authenticated`.
-    fn with_authenticated_group(mut self) -> User {
-        if !self
-            .groups
-            .iter()
-            .any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED)
-        {
-            self.groups.push(AUTHENTICATED.into());
-        }
-        self
-    }
-}
-
-impl From<&Identity> for User {
-    fn from(id: &Identity) -> User {
-        User {
-            name: id.user.clone(),
-            groups: id.groups.clone(),
-            ..Default::default()
-        }
-    }
-}
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReviewSpec};
+pub use minik8s_delegated_auth::{AuthError, Identity, User};
+use minik8s_delegated_auth::{CacheTtls, Delegated, bearer_token};
 
 /// How long answers of the API server are kept, upstream's kubelet flags.
 #[derive(Clone, Debug)]
@@ -178,73 +109,12 @@ pub fn forbidden_message(user: &str, verb: &str, subresources: &[&str]) -> Strin
     )
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum AuthError {
-    #[error("TokenReview: {0}")]
-    TokenReview(kube::Error),
-    #[error("{0}")]
-    Rejected(String),
-    #[error("SubjectAccessReview: {0}")]
-    AccessReview(kube::Error),
-}
-
-/// Answers kept until they expire; a full map drops what has expired, then everything.
-struct TtlCache<K, V> {
-    entries: Mutex<HashMap<K, (Instant, V)>>,
-}
-
-/// Entries a cache holds at most (upstream's webhook caches are LRUs of about this size).
-const CACHE_SIZE: usize = 4096;
-
-impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
-    fn new() -> Self {
-        TtlCache {
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn get(&self, key: &K) -> Option<V> {
-        self.get_at(key, Instant::now())
-    }
-
-    fn get_at(&self, key: &K, now: Instant) -> Option<V> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .get(key)
-            .filter(|(expires, _)| *expires > now)
-            .map(|(_, v)| v.clone())
-    }
-
-    fn insert(&self, key: K, value: V, ttl: Duration) {
-        self.insert_at(key, value, ttl, Instant::now());
-    }
-
-    fn insert_at(&self, key: K, value: V, ttl: Duration, now: Instant) {
-        if ttl.is_zero() {
-            return;
-        }
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= CACHE_SIZE {
-            entries.retain(|_, (expires, _)| *expires > now);
-            if entries.len() >= CACHE_SIZE {
-                entries.clear();
-            }
-        }
-        entries.insert(key, (now + ttl, value));
-    }
-}
-
 /// Authentication and authorization of the kubelet's API, delegated to the API server
 /// through the kubelet's own client.
 pub struct NodeAuth {
-    client: kube::Client,
+    delegated: Delegated,
     node_name: String,
     options: AuthOptions,
-    /// TokenReview answers by the token's SHA-256: the user, or `None` for a token the API
-    /// server did not take (without an error).
-    tokens: TtlCache<[u8; 32], Option<User>>,
-    /// SubjectAccessReview answers by their spec.
-    decisions: TtlCache<String, bool>,
 }
 
 impl std::fmt::Debug for NodeAuth {
@@ -258,23 +128,6 @@ impl std::fmt::Debug for NodeAuth {
 
 /// The websocket subprotocol that carries a bearer token (browsers cannot set headers).
 const WEBSOCKET_TOKEN_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
-
-/// The token of an `Authorization: Bearer` header: `None` when there is none, an empty
-/// token being an error.
-fn bearer_token(headers: &HeaderMap) -> Option<Result<String, AuthError>> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
-    let mut parts = value.splitn(3, ' ');
-    let scheme = parts.next()?;
-    let token = parts.next()?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    Some(if token.is_empty() {
-        Err(AuthError::Rejected("invalid bearer token".into()))
-    } else {
-        Ok(token.to_string())
-    })
-}
 
 fn is_websocket(headers: &HeaderMap) -> bool {
     let has = |name: header::HeaderName, token: &str| {
@@ -338,12 +191,15 @@ fn websocket_token(headers: &HeaderMap) -> Option<Result<(String, Vec<String>), 
 impl NodeAuth {
     /// Asks the API server through `client` about requests to node `node_name`.
     pub fn new(client: kube::Client, node_name: &str, options: AuthOptions) -> NodeAuth {
+        let ttls = CacheTtls {
+            token: options.token_ttl,
+            authorized: options.authorized_ttl,
+            unauthorized: options.unauthorized_ttl,
+        };
         NodeAuth {
-            client,
+            delegated: Delegated::new(client, ttls),
             node_name: node_name.to_string(),
             options,
-            tokens: TtlCache::new(),
-            decisions: TtlCache::new(),
         }
     }
 
@@ -356,11 +212,15 @@ impl NodeAuth {
         headers: &mut HeaderMap,
     ) -> Result<Option<User>, AuthError> {
         if let Some(id) = identity {
-            return Ok(Some(User::from(id).with_authenticated_group()));
+            return Ok(Some(User::from(id)));
         }
         let mut error = None;
         if let Some(token) = bearer_token(headers) {
-            match self.token_user(token).await {
+            let found = match token {
+                Ok(token) => self.delegated.token_user(token).await,
+                Err(e) => Err(e),
+            };
+            match found {
                 Ok(Some(user)) => {
                     headers.remove(header::AUTHORIZATION);
                     return Ok(Some(user));
@@ -371,7 +231,7 @@ impl NodeAuth {
         }
         if let Some(found) = websocket_token(headers) {
             match found {
-                Ok((token, others)) => match self.token_user(Ok(token)).await {
+                Ok((token, others)) => match self.delegated.token_user(token).await {
                     Ok(Some(user)) => {
                         headers.remove(header::SEC_WEBSOCKET_PROTOCOL);
                         if let Ok(v) = HeaderValue::from_str(&others.join(",")) {
@@ -388,51 +248,6 @@ impl NodeAuth {
         error.map_or(Ok(None), Err)
     }
 
-    async fn token_user(
-        &self,
-        token: Result<String, AuthError>,
-    ) -> Result<Option<User>, AuthError> {
-        let token = token?;
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(user) = self.tokens.get(&key) {
-            return Ok(user);
-        }
-        let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: Some(token),
-                audiences: None,
-            },
-            ..Default::default()
-        };
-        let api: Api<TokenReview> = Api::all(self.client.clone());
-        let status = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(AuthError::TokenReview)?
-            .status
-            .unwrap_or_default();
-        let user = if status.authenticated == Some(true) {
-            let info = status.user.unwrap_or_default();
-            Some(
-                User {
-                    name: info.username.unwrap_or_default(),
-                    uid: info.uid.unwrap_or_default(),
-                    groups: info.groups.unwrap_or_default(),
-                    extra: info.extra.unwrap_or_default(),
-                }
-                .with_authenticated_group(),
-            )
-        } else if let Some(e) = status.error.filter(|e| !e.is_empty()) {
-            // As upstream: a review's error is not kept, the next request asks again.
-            return Err(AuthError::Rejected(e));
-        } else {
-            None
-        };
-        self.tokens
-            .insert(key, user.clone(), self.options.token_ttl);
-        Ok(user)
-    }
-
     /// Whether the API server allows `user` to `verb` this node's `subresource`.
     pub async fn allowed(
         &self,
@@ -441,11 +256,7 @@ impl NodeAuth {
         subresource: &str,
     ) -> Result<bool, AuthError> {
         let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
-        let spec = SubjectAccessReviewSpec {
-            user: some(&user.name),
-            uid: some(&user.uid),
-            groups: (!user.groups.is_empty()).then(|| user.groups.clone()),
-            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+        let spec = user.access_review(SubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
                 verb: some(verb),
                 version: Some("v1".into()),
@@ -454,29 +265,9 @@ impl NodeAuth {
                 name: some(&self.node_name),
                 ..Default::default()
             }),
-            non_resource_attributes: None,
-        };
-        let key = serde_json::to_string(&spec).unwrap_or_default();
-        if let Some(allowed) = self.decisions.get(&key) {
-            return Ok(allowed);
-        }
-        let review = SubjectAccessReview {
-            spec,
             ..Default::default()
-        };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let allowed = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(AuthError::AccessReview)?
-            .status
-            .is_some_and(|s| s.allowed);
-        let ttl = match allowed {
-            true => self.options.authorized_ttl,
-            false => self.options.unauthorized_ttl,
-        };
-        self.decisions.insert(key, allowed, ttl);
-        Ok(allowed)
+        });
+        Ok(self.delegated.allowed(spec).await?.0)
     }
 }
 
@@ -631,23 +422,6 @@ mod tests {
     }
 
     #[test]
-    fn bearer_tokens() {
-        let token = |pairs: &[(&str, &str)]| bearer_token(&headers(pairs)).map(|r| r.ok());
-        assert_eq!(token(&[]), None);
-        assert_eq!(
-            token(&[("authorization", "Bearer abc")]),
-            Some(Some("abc".into()))
-        );
-        assert_eq!(
-            token(&[("authorization", "  bearer abc  ")]),
-            Some(Some("abc".into()))
-        );
-        assert_eq!(token(&[("authorization", "Basic abc")]), None);
-        assert_eq!(token(&[("authorization", "Bearer")]), None);
-        assert_eq!(token(&[("authorization", "Bearer  x")]), Some(None));
-    }
-
-    #[test]
     fn websocket_tokens() {
         let upgrade = [("connection", "Upgrade"), ("upgrade", "websocket")];
         let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("secret");
@@ -686,8 +460,7 @@ mod tests {
         let user = User::from(&Identity {
             user: "kube-apiserver-kubelet-client".into(),
             groups: vec![],
-        })
-        .with_authenticated_group();
+        });
         assert_eq!(user.groups, ["system:authenticated"]);
         let user = User {
             name: "u".into(),
@@ -696,31 +469,5 @@ mod tests {
         }
         .with_authenticated_group();
         assert_eq!(user.groups, ["system:authenticated", "g"]);
-    }
-
-    #[test]
-    fn answers_expire() {
-        let cache: TtlCache<&str, bool> = TtlCache::new();
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        cache.insert_at("denied", false, Duration::from_secs(30), t0);
-        cache.insert_at("allowed", true, Duration::from_secs(300), t0);
-        cache.insert_at("never", true, Duration::ZERO, t0);
-        assert_eq!(cache.get_at(&"denied", at(29)), Some(false));
-        assert_eq!(cache.get_at(&"never", t0), None);
-        assert_eq!(cache.get_at(&"denied", at(31)), None);
-        assert_eq!(cache.get_at(&"allowed", at(31)), Some(true));
-        assert_eq!(cache.get_at(&"allowed", at(301)), None);
-    }
-
-    #[test]
-    fn a_full_cache_makes_room() {
-        let cache: TtlCache<usize, ()> = TtlCache::new();
-        for i in 0..CACHE_SIZE + 1 {
-            cache.insert(i, (), Duration::from_secs(60));
-        }
-        let len = cache.entries.lock().unwrap().len();
-        assert!(len <= CACHE_SIZE, "{len}");
-        assert_eq!(cache.get(&CACHE_SIZE), Some(()));
     }
 }
