@@ -76,11 +76,11 @@ fn configmap(name: &str) -> ConfigMap {
     }
 }
 
-fn configmap_json(name: &str) -> Bytes {
+pub(crate) fn configmap_json(name: &str) -> Bytes {
     Bytes::from(serde_json::to_vec(&configmap(name)).expect("a ConfigMap serializes"))
 }
 
-fn cm_path(ns: &str) -> String {
+pub(crate) fn cm_path(ns: &str) -> String {
     format!("/api/v1/namespaces/{ns}/configmaps")
 }
 

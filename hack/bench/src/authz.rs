@@ -14,7 +14,9 @@ use bytes::Bytes;
 use futures::FutureExt;
 use http::{Method, StatusCode};
 
-use crate::api::{Op, admin_client, drive, resolve_server_bin, wait_ready};
+use crate::api::{
+    Op, admin_client, cm_path, configmap_json, drive, resolve_server_bin, wait_ready,
+};
 use crate::h2::H2;
 use crate::proc::Server;
 use crate::stats::num;
@@ -121,7 +123,7 @@ async fn run_mode(args: &AuthzArgs, bin: &std::path::Path, mode: &str) -> anyhow
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, _) = h2
-            .request(Method::POST, &cm_path(), configmap_json("warm-0"))
+            .request(Method::POST, &cm_path(NS), configmap_json("warm-0"))
             .await?;
         if status == StatusCode::CREATED {
             break;
@@ -134,7 +136,7 @@ async fn run_mode(args: &AuthzArgs, bin: &std::path::Path, mode: &str) -> anyhow
     for i in 1..50 {
         h2.expect(
             Method::POST,
-            &cm_path(),
+            &cm_path(NS),
             configmap_json(&format!("warm-{i}")),
             StatusCode::CREATED,
         )
@@ -149,7 +151,7 @@ async fn run_mode(args: &AuthzArgs, bin: &std::path::Path, mode: &str) -> anyhow
             async move {
                 h2.expect(
                     Method::POST,
-                    &cm_path(),
+                    &cm_path(NS),
                     configmap_json(&format!("cm-{}", offset + k)),
                     StatusCode::CREATED,
                 )
@@ -180,7 +182,7 @@ async fn run_mode(args: &AuthzArgs, bin: &std::path::Path, mode: &str) -> anyhow
         Arc::new(move |k| {
             let h2 = h2.clone();
             async move {
-                let path = format!("{}/cm-{}", cm_path(), k % stored);
+                let path = format!("{}/cm-{}", cm_path(NS), k % stored);
                 h2.expect(Method::GET, &path, Bytes::new(), StatusCode::OK)
                     .await?;
                 Ok(())
@@ -204,22 +206,6 @@ async fn run_mode(args: &AuthzArgs, bin: &std::path::Path, mode: &str) -> anyhow
     }
     drop(server);
     Ok(figures)
-}
-
-fn cm_path() -> String {
-    format!("/api/v1/namespaces/{NS}/configmaps")
-}
-
-fn configmap_json(name: &str) -> Bytes {
-    Bytes::from(
-        serde_json::to_vec(&serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "labels": {"app": "minik8s-bench"}},
-            "data": {"payload": "0123456789abcdef".repeat(16), "owner": "minik8s-bench"},
-        }))
-        .expect("a ConfigMap serializes"),
-    )
 }
 
 async fn post(admin: &H2, path: &str, body: serde_json::Value) -> anyhow::Result<Bytes> {

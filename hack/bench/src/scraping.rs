@@ -13,7 +13,9 @@ use futures::FutureExt;
 use http::{Method, StatusCode};
 use tokio::sync::watch;
 
-use crate::api::{Op, admin_client, drive, resolve_server_bin, wait_ready};
+use crate::api::{
+    Op, admin_client, cm_path, configmap_json, drive, resolve_server_bin, wait_ready,
+};
 use crate::h2::H2;
 use crate::proc::Server;
 use crate::stats::{Samples, num};
@@ -161,7 +163,7 @@ async fn run_mode(
             async move {
                 h2.expect(
                     Method::POST,
-                    &format!("/api/v1/namespaces/{NS}/configmaps"),
+                    &cm_path(NS),
                     configmap_json(&format!("cm-{}", offset + k)),
                     StatusCode::CREATED,
                 )
@@ -220,16 +222,4 @@ async fn run_mode(
         scrapes,
         scrape_bytes,
     })
-}
-
-fn configmap_json(name: &str) -> Bytes {
-    Bytes::from(
-        serde_json::to_vec(&serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "labels": {"app": "minik8s-bench"}},
-            "data": {"payload": "0123456789abcdef".repeat(16), "owner": "minik8s-bench"},
-        }))
-        .expect("a ConfigMap serializes"),
-    )
 }
